@@ -1,0 +1,2 @@
+import click
+bench = click.Group("bench")

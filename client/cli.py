@@ -1,0 +1,3 @@
+import click
+produce = click.Command("produce")
+consume = click.Command("consume")

@@ -1,0 +1,2 @@
+import click
+node = click.Command("node")

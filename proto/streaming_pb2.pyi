@@ -1,0 +1,444 @@
+from . import milvus_pb2 as _milvus_pb2
+from google.protobuf import empty_pb2 as _empty_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class PChannelMetaState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PCHANNEL_META_STATE_UNKNOWN: _ClassVar[PChannelMetaState]
+    PCHANNEL_META_STATE_UNINITIALIZED: _ClassVar[PChannelMetaState]
+    PCHANNEL_META_STATE_ASSIGNING: _ClassVar[PChannelMetaState]
+    PCHANNEL_META_STATE_ASSIGNED: _ClassVar[PChannelMetaState]
+    PCHANNEL_META_STATE_UNAVAILABLE: _ClassVar[PChannelMetaState]
+
+class StreamingCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    STREAMING_CODE_OK: _ClassVar[StreamingCode]
+    STREAMING_CODE_CHANNEL_EXIST: _ClassVar[StreamingCode]
+    STREAMING_CODE_CHANNEL_NOT_EXIST: _ClassVar[StreamingCode]
+    STREAMING_CODE_CHANNEL_FENCED: _ClassVar[StreamingCode]
+    STREAMING_CODE_ON_SHUTDOWN: _ClassVar[StreamingCode]
+    STREAMING_CODE_INVALID_REQUEST_SEQ: _ClassVar[StreamingCode]
+    STREAMING_CODE_UNMATCHED_CHANNEL_TERM: _ClassVar[StreamingCode]
+    STREAMING_CODE_IGNORED_OPERATION: _ClassVar[StreamingCode]
+    STREAMING_CODE_INNER: _ClassVar[StreamingCode]
+    STREAMING_CODE_EOF: _ClassVar[StreamingCode]
+    STREAMING_CODE_INVAILD_ARGUMENT: _ClassVar[StreamingCode]
+    STREAMING_CODE_UNKNOWN: _ClassVar[StreamingCode]
+PCHANNEL_META_STATE_UNKNOWN: PChannelMetaState
+PCHANNEL_META_STATE_UNINITIALIZED: PChannelMetaState
+PCHANNEL_META_STATE_ASSIGNING: PChannelMetaState
+PCHANNEL_META_STATE_ASSIGNED: PChannelMetaState
+PCHANNEL_META_STATE_UNAVAILABLE: PChannelMetaState
+STREAMING_CODE_OK: StreamingCode
+STREAMING_CODE_CHANNEL_EXIST: StreamingCode
+STREAMING_CODE_CHANNEL_NOT_EXIST: StreamingCode
+STREAMING_CODE_CHANNEL_FENCED: StreamingCode
+STREAMING_CODE_ON_SHUTDOWN: StreamingCode
+STREAMING_CODE_INVALID_REQUEST_SEQ: StreamingCode
+STREAMING_CODE_UNMATCHED_CHANNEL_TERM: StreamingCode
+STREAMING_CODE_IGNORED_OPERATION: StreamingCode
+STREAMING_CODE_INNER: StreamingCode
+STREAMING_CODE_EOF: StreamingCode
+STREAMING_CODE_INVAILD_ARGUMENT: StreamingCode
+STREAMING_CODE_UNKNOWN: StreamingCode
+
+class MessageID(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: bytes
+    def __init__(self, id: _Optional[bytes] = ...) -> None: ...
+
+class Message(_message.Message):
+    __slots__ = ("payload", "properties")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    payload: bytes
+    properties: _containers.ScalarMap[str, str]
+    def __init__(self, payload: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class PChannelInfo(_message.Message):
+    __slots__ = ("name", "term")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    term: int
+    def __init__(self, name: _Optional[str] = ..., term: _Optional[int] = ...) -> None: ...
+
+class PChannelMetaHistory(_message.Message):
+    __slots__ = ("term", "node")
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    term: int
+    node: StreamingNodeInfo
+    def __init__(self, term: _Optional[int] = ..., node: _Optional[_Union[StreamingNodeInfo, _Mapping]] = ...) -> None: ...
+
+class PChannelMeta(_message.Message):
+    __slots__ = ("channel", "node", "state", "histories")
+    CHANNEL_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    HISTORIES_FIELD_NUMBER: _ClassVar[int]
+    channel: PChannelInfo
+    node: StreamingNodeInfo
+    state: PChannelMetaState
+    histories: _containers.RepeatedCompositeFieldContainer[PChannelMetaHistory]
+    def __init__(self, channel: _Optional[_Union[PChannelInfo, _Mapping]] = ..., node: _Optional[_Union[StreamingNodeInfo, _Mapping]] = ..., state: _Optional[_Union[PChannelMetaState, str]] = ..., histories: _Optional[_Iterable[_Union[PChannelMetaHistory, _Mapping]]] = ...) -> None: ...
+
+class VersionPair(_message.Message):
+    __slots__ = ("local",)
+    GLOBAL_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_FIELD_NUMBER: _ClassVar[int]
+    local: int
+    def __init__(self, local: _Optional[int] = ..., **kwargs) -> None: ...
+
+class AssignmentDiscoverRequest(_message.Message):
+    __slots__ = ("report_error", "close")
+    REPORT_ERROR_FIELD_NUMBER: _ClassVar[int]
+    CLOSE_FIELD_NUMBER: _ClassVar[int]
+    report_error: ReportAssignmentErrorRequest
+    close: CloseAssignmentDiscoverRequest
+    def __init__(self, report_error: _Optional[_Union[ReportAssignmentErrorRequest, _Mapping]] = ..., close: _Optional[_Union[CloseAssignmentDiscoverRequest, _Mapping]] = ...) -> None: ...
+
+class ReportAssignmentErrorRequest(_message.Message):
+    __slots__ = ("pchannel", "err")
+    PCHANNEL_FIELD_NUMBER: _ClassVar[int]
+    ERR_FIELD_NUMBER: _ClassVar[int]
+    pchannel: PChannelInfo
+    err: StreamingError
+    def __init__(self, pchannel: _Optional[_Union[PChannelInfo, _Mapping]] = ..., err: _Optional[_Union[StreamingError, _Mapping]] = ...) -> None: ...
+
+class CloseAssignmentDiscoverRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class AssignmentDiscoverResponse(_message.Message):
+    __slots__ = ("full_assignment", "close")
+    FULL_ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    CLOSE_FIELD_NUMBER: _ClassVar[int]
+    full_assignment: FullStreamingNodeAssignmentWithVersion
+    close: CloseAssignmentDiscoverResponse
+    def __init__(self, full_assignment: _Optional[_Union[FullStreamingNodeAssignmentWithVersion, _Mapping]] = ..., close: _Optional[_Union[CloseAssignmentDiscoverResponse, _Mapping]] = ...) -> None: ...
+
+class FullStreamingNodeAssignmentWithVersion(_message.Message):
+    __slots__ = ("version", "assignments")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENTS_FIELD_NUMBER: _ClassVar[int]
+    version: VersionPair
+    assignments: _containers.RepeatedCompositeFieldContainer[StreamingNodeAssignment]
+    def __init__(self, version: _Optional[_Union[VersionPair, _Mapping]] = ..., assignments: _Optional[_Iterable[_Union[StreamingNodeAssignment, _Mapping]]] = ...) -> None: ...
+
+class CloseAssignmentDiscoverResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StreamingNodeInfo(_message.Message):
+    __slots__ = ("server_id", "address")
+    SERVER_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    server_id: int
+    address: str
+    def __init__(self, server_id: _Optional[int] = ..., address: _Optional[str] = ...) -> None: ...
+
+class StreamingNodeAssignment(_message.Message):
+    __slots__ = ("node", "channels")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    CHANNELS_FIELD_NUMBER: _ClassVar[int]
+    node: StreamingNodeInfo
+    channels: _containers.RepeatedCompositeFieldContainer[PChannelInfo]
+    def __init__(self, node: _Optional[_Union[StreamingNodeInfo, _Mapping]] = ..., channels: _Optional[_Iterable[_Union[PChannelInfo, _Mapping]]] = ...) -> None: ...
+
+class DeliverPolicy(_message.Message):
+    __slots__ = ("all", "latest", "start_from", "start_after")
+    ALL_FIELD_NUMBER: _ClassVar[int]
+    LATEST_FIELD_NUMBER: _ClassVar[int]
+    START_FROM_FIELD_NUMBER: _ClassVar[int]
+    START_AFTER_FIELD_NUMBER: _ClassVar[int]
+    all: _empty_pb2.Empty
+    latest: _empty_pb2.Empty
+    start_from: MessageID
+    start_after: MessageID
+    def __init__(self, all: _Optional[_Union[_empty_pb2.Empty, _Mapping]] = ..., latest: _Optional[_Union[_empty_pb2.Empty, _Mapping]] = ..., start_from: _Optional[_Union[MessageID, _Mapping]] = ..., start_after: _Optional[_Union[MessageID, _Mapping]] = ...) -> None: ...
+
+class DeliverFilter(_message.Message):
+    __slots__ = ("time_tick_gt", "time_tick_gte", "vchannel")
+    TIME_TICK_GT_FIELD_NUMBER: _ClassVar[int]
+    TIME_TICK_GTE_FIELD_NUMBER: _ClassVar[int]
+    VCHANNEL_FIELD_NUMBER: _ClassVar[int]
+    time_tick_gt: DeliverFilterTimeTickGT
+    time_tick_gte: DeliverFilterTimeTickGTE
+    vchannel: DeliverFilterVChannel
+    def __init__(self, time_tick_gt: _Optional[_Union[DeliverFilterTimeTickGT, _Mapping]] = ..., time_tick_gte: _Optional[_Union[DeliverFilterTimeTickGTE, _Mapping]] = ..., vchannel: _Optional[_Union[DeliverFilterVChannel, _Mapping]] = ...) -> None: ...
+
+class DeliverFilterTimeTickGT(_message.Message):
+    __slots__ = ("time_tick",)
+    TIME_TICK_FIELD_NUMBER: _ClassVar[int]
+    time_tick: int
+    def __init__(self, time_tick: _Optional[int] = ...) -> None: ...
+
+class DeliverFilterTimeTickGTE(_message.Message):
+    __slots__ = ("time_tick",)
+    TIME_TICK_FIELD_NUMBER: _ClassVar[int]
+    time_tick: int
+    def __init__(self, time_tick: _Optional[int] = ...) -> None: ...
+
+class DeliverFilterVChannel(_message.Message):
+    __slots__ = ("vchannel",)
+    VCHANNEL_FIELD_NUMBER: _ClassVar[int]
+    vchannel: str
+    def __init__(self, vchannel: _Optional[str] = ...) -> None: ...
+
+class StreamingError(_message.Message):
+    __slots__ = ("code", "cause")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
+    code: StreamingCode
+    cause: str
+    def __init__(self, code: _Optional[_Union[StreamingCode, str]] = ..., cause: _Optional[str] = ...) -> None: ...
+
+class ProduceRequest(_message.Message):
+    __slots__ = ("produce", "close", "produce_batch")
+    PRODUCE_FIELD_NUMBER: _ClassVar[int]
+    CLOSE_FIELD_NUMBER: _ClassVar[int]
+    PRODUCE_BATCH_FIELD_NUMBER: _ClassVar[int]
+    produce: ProduceMessageRequest
+    close: CloseProducerRequest
+    produce_batch: ProduceBatchRequest
+    def __init__(self, produce: _Optional[_Union[ProduceMessageRequest, _Mapping]] = ..., close: _Optional[_Union[CloseProducerRequest, _Mapping]] = ..., produce_batch: _Optional[_Union[ProduceBatchRequest, _Mapping]] = ...) -> None: ...
+
+class CreateProducerRequest(_message.Message):
+    __slots__ = ("pchannel",)
+    PCHANNEL_FIELD_NUMBER: _ClassVar[int]
+    pchannel: PChannelInfo
+    def __init__(self, pchannel: _Optional[_Union[PChannelInfo, _Mapping]] = ...) -> None: ...
+
+class ProduceMessageRequest(_message.Message):
+    __slots__ = ("request_id", "message")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    message: Message
+    def __init__(self, request_id: _Optional[int] = ..., message: _Optional[_Union[Message, _Mapping]] = ...) -> None: ...
+
+class CloseProducerRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ProduceResponse(_message.Message):
+    __slots__ = ("create", "produce", "close", "produce_batch")
+    CREATE_FIELD_NUMBER: _ClassVar[int]
+    PRODUCE_FIELD_NUMBER: _ClassVar[int]
+    CLOSE_FIELD_NUMBER: _ClassVar[int]
+    PRODUCE_BATCH_FIELD_NUMBER: _ClassVar[int]
+    create: CreateProducerResponse
+    produce: ProduceMessageResponse
+    close: CloseProducerResponse
+    produce_batch: ProduceBatchResponse
+    def __init__(self, create: _Optional[_Union[CreateProducerResponse, _Mapping]] = ..., produce: _Optional[_Union[ProduceMessageResponse, _Mapping]] = ..., close: _Optional[_Union[CloseProducerResponse, _Mapping]] = ..., produce_batch: _Optional[_Union[ProduceBatchResponse, _Mapping]] = ...) -> None: ...
+
+class CreateProducerResponse(_message.Message):
+    __slots__ = ("producer_id",)
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    producer_id: int
+    def __init__(self, producer_id: _Optional[int] = ...) -> None: ...
+
+class ProduceMessageResponse(_message.Message):
+    __slots__ = ("request_id", "result", "error")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    result: ProduceMessageResponseResult
+    error: StreamingError
+    def __init__(self, request_id: _Optional[int] = ..., result: _Optional[_Union[ProduceMessageResponseResult, _Mapping]] = ..., error: _Optional[_Union[StreamingError, _Mapping]] = ...) -> None: ...
+
+class ProduceMessageResponseResult(_message.Message):
+    __slots__ = ("id", "time_tick")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TIME_TICK_FIELD_NUMBER: _ClassVar[int]
+    id: MessageID
+    time_tick: int
+    def __init__(self, id: _Optional[_Union[MessageID, _Mapping]] = ..., time_tick: _Optional[int] = ...) -> None: ...
+
+class CloseProducerResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ConsumeRequest(_message.Message):
+    __slots__ = ("close",)
+    CLOSE_FIELD_NUMBER: _ClassVar[int]
+    close: CloseConsumerRequest
+    def __init__(self, close: _Optional[_Union[CloseConsumerRequest, _Mapping]] = ...) -> None: ...
+
+class CloseConsumerRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class CreateConsumerRequest(_message.Message):
+    __slots__ = ("pchannel", "deliver_policy", "deliver_filters", "options")
+    PCHANNEL_FIELD_NUMBER: _ClassVar[int]
+    DELIVER_POLICY_FIELD_NUMBER: _ClassVar[int]
+    DELIVER_FILTERS_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    pchannel: PChannelInfo
+    deliver_policy: DeliverPolicy
+    deliver_filters: _containers.RepeatedCompositeFieldContainer[DeliverFilter]
+    options: ConsumerOptions
+    def __init__(self, pchannel: _Optional[_Union[PChannelInfo, _Mapping]] = ..., deliver_policy: _Optional[_Union[DeliverPolicy, _Mapping]] = ..., deliver_filters: _Optional[_Iterable[_Union[DeliverFilter, _Mapping]]] = ..., options: _Optional[_Union[ConsumerOptions, _Mapping]] = ...) -> None: ...
+
+class ConsumeResponse(_message.Message):
+    __slots__ = ("create", "consume", "close", "consume_batch")
+    CREATE_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_FIELD_NUMBER: _ClassVar[int]
+    CLOSE_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_BATCH_FIELD_NUMBER: _ClassVar[int]
+    create: CreateConsumerResponse
+    consume: ConsumeMessageReponse
+    close: CloseConsumerResponse
+    consume_batch: ConsumeBatchResponse
+    def __init__(self, create: _Optional[_Union[CreateConsumerResponse, _Mapping]] = ..., consume: _Optional[_Union[ConsumeMessageReponse, _Mapping]] = ..., close: _Optional[_Union[CloseConsumerResponse, _Mapping]] = ..., consume_batch: _Optional[_Union[ConsumeBatchResponse, _Mapping]] = ...) -> None: ...
+
+class CreateConsumerResponse(_message.Message):
+    __slots__ = ("first_offset", "next_offset")
+    FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    first_offset: int
+    next_offset: int
+    def __init__(self, first_offset: _Optional[int] = ..., next_offset: _Optional[int] = ...) -> None: ...
+
+class ConsumeMessageReponse(_message.Message):
+    __slots__ = ("id", "message")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    id: MessageID
+    message: Message
+    def __init__(self, id: _Optional[_Union[MessageID, _Mapping]] = ..., message: _Optional[_Union[Message, _Mapping]] = ...) -> None: ...
+
+class CloseConsumerResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StreamingNodeManagerAssignRequest(_message.Message):
+    __slots__ = ("pchannel",)
+    PCHANNEL_FIELD_NUMBER: _ClassVar[int]
+    pchannel: PChannelInfo
+    def __init__(self, pchannel: _Optional[_Union[PChannelInfo, _Mapping]] = ...) -> None: ...
+
+class StreamingNodeManagerAssignResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StreamingNodeManagerRemoveRequest(_message.Message):
+    __slots__ = ("pchannel",)
+    PCHANNEL_FIELD_NUMBER: _ClassVar[int]
+    pchannel: PChannelInfo
+    def __init__(self, pchannel: _Optional[_Union[PChannelInfo, _Mapping]] = ...) -> None: ...
+
+class StreamingNodeManagerRemoveResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StreamingNodeManagerCollectStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StreamingNodeBalanceAttributes(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StreamingNodeManagerCollectStatusResponse(_message.Message):
+    __slots__ = ("balance_attributes", "server_id", "channels")
+    BALANCE_ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    SERVER_ID_FIELD_NUMBER: _ClassVar[int]
+    CHANNELS_FIELD_NUMBER: _ClassVar[int]
+    balance_attributes: StreamingNodeBalanceAttributes
+    server_id: int
+    channels: _containers.RepeatedCompositeFieldContainer[PChannelStatus]
+    def __init__(self, balance_attributes: _Optional[_Union[StreamingNodeBalanceAttributes, _Mapping]] = ..., server_id: _Optional[int] = ..., channels: _Optional[_Iterable[_Union[PChannelStatus, _Mapping]]] = ...) -> None: ...
+
+class MessageBatch(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[Message]
+    def __init__(self, messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
+
+class ProduceBatchRequest(_message.Message):
+    __slots__ = ("request_id", "messages")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    messages: bytes
+    def __init__(self, request_id: _Optional[int] = ..., messages: _Optional[bytes] = ...) -> None: ...
+
+class ProduceBatchResponse(_message.Message):
+    __slots__ = ("request_id", "result", "error")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    result: ProduceBatchResult
+    error: StreamingError
+    def __init__(self, request_id: _Optional[int] = ..., result: _Optional[_Union[ProduceBatchResult, _Mapping]] = ..., error: _Optional[_Union[StreamingError, _Mapping]] = ...) -> None: ...
+
+class ProduceBatchResult(_message.Message):
+    __slots__ = ("first_id", "count", "first_time_tick")
+    FIRST_ID_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    FIRST_TIME_TICK_FIELD_NUMBER: _ClassVar[int]
+    first_id: MessageID
+    count: int
+    first_time_tick: int
+    def __init__(self, first_id: _Optional[_Union[MessageID, _Mapping]] = ..., count: _Optional[int] = ..., first_time_tick: _Optional[int] = ...) -> None: ...
+
+class ConsumerOptions(_message.Message):
+    __slots__ = ("batched",)
+    BATCHED_FIELD_NUMBER: _ClassVar[int]
+    batched: bool
+    def __init__(self, batched: _Optional[bool] = ...) -> None: ...
+
+class ConsumeBatchResponse(_message.Message):
+    __slots__ = ("first_id", "term", "first_time_tick", "messages", "offsets", "time_ticks")
+    FIRST_ID_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    FIRST_TIME_TICK_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    TIME_TICKS_FIELD_NUMBER: _ClassVar[int]
+    first_id: MessageID
+    term: int
+    first_time_tick: int
+    messages: bytes
+    offsets: _containers.RepeatedScalarFieldContainer[int]
+    time_ticks: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, first_id: _Optional[_Union[MessageID, _Mapping]] = ..., term: _Optional[int] = ..., first_time_tick: _Optional[int] = ..., messages: _Optional[bytes] = ..., offsets: _Optional[_Iterable[int]] = ..., time_ticks: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class PChannelStatus(_message.Message):
+    __slots__ = ("pchannel", "first_offset", "next_offset", "last_time_tick", "size_bytes", "producers", "consumers")
+    PCHANNEL_FIELD_NUMBER: _ClassVar[int]
+    FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAST_TIME_TICK_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PRODUCERS_FIELD_NUMBER: _ClassVar[int]
+    CONSUMERS_FIELD_NUMBER: _ClassVar[int]
+    pchannel: PChannelInfo
+    first_offset: int
+    next_offset: int
+    last_time_tick: int
+    size_bytes: int
+    producers: int
+    consumers: int
+    def __init__(self, pchannel: _Optional[_Union[PChannelInfo, _Mapping]] = ..., first_offset: _Optional[int] = ..., next_offset: _Optional[int] = ..., last_time_tick: _Optional[int] = ..., size_bytes: _Optional[int] = ..., producers: _Optional[int] = ..., consumers: _Optional[int] = ...) -> None: ...

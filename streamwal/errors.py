@@ -1,0 +1,101 @@
+"""Typed errors that carry the wire protocol's StreamingCode.
+
+Every part raises `StreamingError` (or a subclass picked by code) so that callers can
+branch on `err.code` without parsing messages, and the node can turn any of them back
+into the protocol's StreamingError message without losing the cause.
+"""
+
+from __future__ import annotations
+
+from streamwal.proto import streaming_pb2 as pb
+
+Code = pb.StreamingCode
+
+
+class StreamingError(Exception):
+    """An error with a StreamingCode; `str(err)` is the cause a user should read."""
+
+    code: int = Code.STREAMING_CODE_UNKNOWN
+
+    def __init__(self, cause: str, code: int | None = None) -> None:
+        super().__init__(cause)
+        if code is not None:
+            self.code = code
+        self.cause = cause
+
+    @property
+    def code_name(self) -> str:
+        return Code.Name(self.code) if self.code in Code.values() else str(self.code)
+
+    def __str__(self) -> str:
+        return f"{self.code_name}: {self.cause}"
+
+    def to_proto(self) -> pb.StreamingError:
+        return pb.StreamingError(code=self.code, cause=self.cause)
+
+    @staticmethod
+    def from_proto(err: pb.StreamingError) -> StreamingError:
+        return error_for(err.code, err.cause)
+
+
+class ChannelExist(StreamingError):
+    code = Code.STREAMING_CODE_CHANNEL_EXIST
+
+
+class ChannelNotExist(StreamingError):
+    code = Code.STREAMING_CODE_CHANNEL_NOT_EXIST
+
+
+class ChannelFenced(StreamingError):
+    code = Code.STREAMING_CODE_CHANNEL_FENCED
+
+
+class OnShutdown(StreamingError):
+    code = Code.STREAMING_CODE_ON_SHUTDOWN
+
+
+class InvalidRequestSeq(StreamingError):
+    code = Code.STREAMING_CODE_INVALID_REQUEST_SEQ
+
+
+class UnmatchedChannelTerm(StreamingError):
+    code = Code.STREAMING_CODE_UNMATCHED_CHANNEL_TERM
+
+
+class IgnoredOperation(StreamingError):
+    code = Code.STREAMING_CODE_IGNORED_OPERATION
+
+
+class Inner(StreamingError):
+    code = Code.STREAMING_CODE_INNER
+
+
+class EOF(StreamingError):
+    code = Code.STREAMING_CODE_EOF
+
+
+class InvalidArgument(StreamingError):
+    code = Code.STREAMING_CODE_INVAILD_ARGUMENT
+
+
+_BY_CODE: dict[int, type[StreamingError]] = {
+    cls.code: cls
+    for cls in (
+        ChannelExist,
+        ChannelNotExist,
+        ChannelFenced,
+        OnShutdown,
+        InvalidRequestSeq,
+        UnmatchedChannelTerm,
+        IgnoredOperation,
+        Inner,
+        EOF,
+        InvalidArgument,
+    )
+}
+
+
+def error_for(code: int, cause: str) -> StreamingError:
+    """The most specific StreamingError subclass for `code`."""
+    cls = _BY_CODE.get(code)
+    return cls(cause) if cls else StreamingError(cause, code)

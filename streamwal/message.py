@@ -1,0 +1,80 @@
+"""Message vocabulary shared by node and client: reserved property keys and MsgType codes.
+
+Keys and codes are Milvus's (seed 001), so tools built for Milvus read our messages.
+Property values are decimal strings; keys starting with "_" are reserved for the system.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+PROP_TYPE = "_t"  # MsgType code; absent means Insert
+PROP_TIME_TICK = "_tt"  # set by the node on delivery
+PROP_VCHANNEL = "_vc"  # set by the producer
+PROP_TERM = "_wt"  # set by the node on delivery
+RESERVED_PREFIX = "_"
+
+
+class MsgType(IntEnum):
+    Undefined = 0
+    CreateCollection = 100
+    DropCollection = 101
+    HasCollection = 102
+    DescribeCollection = 103
+    ShowCollections = 104
+    GetSystemConfigs = 105
+    LoadCollection = 106
+    ReleaseCollection = 107
+    CreateAlias = 108
+    DropAlias = 109
+    AlterAlias = 110
+    CreatePartition = 200
+    DropPartition = 201
+    HasPartition = 202
+    DescribePartition = 203
+    ShowPartitions = 204
+    LoadPartitions = 205
+    ReleasePartitions = 206
+    ShowSegments = 250
+    DescribeSegment = 251
+    LoadSegments = 252
+    ReleaseSegments = 253
+    HandoffSegments = 254
+    LoadBalanceSegments = 255
+    CreateIndex = 300
+    DescribeIndex = 301
+    DropIndex = 302
+    Insert = 400
+    Delete = 401
+    Flush = 402
+    Search = 500
+    SearchResult = 501
+    GetIndexState = 502
+    GetIndexBuildProgress = 503
+    GetCollectionStatistics = 504
+    GetPartitionStatistics = 505
+    Retrieve = 506
+    RetrieveResult = 507
+    WatchDmChannels = 508
+    RemoveDmChannels = 509
+    WatchQueryChannels = 510
+    RemoveQueryChannels = 511
+    SegmentInfo = 600
+    TimeTick = 1200
+    QueryNodeStats = 1201
+    LoadIndex = 1202
+    RequestID = 1203
+    RequestTSO = 1204
+    AllocateSegment = 1205
+    SegmentStatistics = 1206
+    SegmentFlushDone = 1207
+    DataNodeTt = 1208
+
+
+DEFAULT_MSG_TYPE = MsgType.Insert
+
+
+def pchannel_of(vchannel: str) -> str:
+    """The pchannel a vchannel lives on: Milvus names vchannels `<pchannel>_<suffix>`."""
+    head, sep, _ = vchannel.rpartition("_")
+    return head if sep and head else vchannel
