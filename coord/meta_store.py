@@ -1,0 +1,209 @@
+"""Where the coord persists pchannel meta: an async interface and a local directory store.
+
+Every write is a compare-and-put on an opaque version string, so two writers can never
+silently overwrite each other. The Kubernetes implementation (PChannel status guarded by
+`resourceVersion`) plugs in behind the same interface; the local one keeps one file per
+pchannel in a directory:
+
+    DIR/LOCK                 flock'ed by the one coord using the directory
+    DIR/cluster.rec          ClusterRecord (incarnation, drained nodes)
+    DIR/channels/NAME.rec    ChannelRecord (the seed's PChannelMeta, owner, tombstone)
+
+A record file is ``b"SWM1" | version (u64 BE) | crc32 (u32 BE) | protobuf``, written to a
+temporary file, fsync'ed, renamed over the old one and the directory fsync'ed: after a
+kill -9 a file holds either the old or the new record, never a torn one.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import fcntl
+import os
+import re
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from streamwal.proto import coord_pb2 as cpb
+
+from streamwal.errors import InvalidArgument, StreamingError
+
+_MAGIC = b"SWM1"
+_HEADER = struct.Struct(">4sQI")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
+
+
+class VersionConflict(StreamingError):
+    """A compare-and-put lost: someone else wrote the record since it was read."""
+
+
+class MetaStoreBusy(StreamingError):
+    """Another coord holds the meta store."""
+
+
+class CorruptRecord(StreamingError):
+    """A record file failed its checksum; the store refuses to guess."""
+
+
+def check_name(name: str) -> str:
+    """Pchannel names become file names and Kubernetes object names: keep them plain."""
+    if not _NAME.match(name):
+        raise InvalidArgument(
+            f"invalid pchannel name {name!r}: use letters, digits, '_', '.', '-' (max 200)"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A record with the version it was read at (pass it back to `put_channel`)."""
+
+    record: cpb.ChannelRecord
+    version: str
+
+    @property
+    def name(self) -> str:
+        return self.record.meta.channel.name
+
+
+class MetaStore(abc.ABC):
+    """Persistent pchannel records with optimistic concurrency."""
+
+    @abc.abstractmethod
+    async def list_channels(self) -> list[Stored]:
+        """Every record, tombstones included, sorted by name."""
+
+    @abc.abstractmethod
+    async def get_channel(self, name: str) -> Stored | None: ...
+
+    @abc.abstractmethod
+    async def put_channel(self, record: cpb.ChannelRecord, expected: str | None) -> Stored:
+        """Write `record` if its stored version is `expected` (None: it must not exist yet).
+
+        Durable when it returns; raises VersionConflict otherwise.
+        """
+
+    @abc.abstractmethod
+    async def get_cluster(self) -> tuple[cpb.ClusterRecord, str | None]: ...
+
+    @abc.abstractmethod
+    async def put_cluster(self, record: cpb.ClusterRecord, expected: str | None) -> str: ...
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release whatever the store holds."""
+
+
+def _encode(version: int, payload: bytes) -> bytes:
+    return _HEADER.pack(_MAGIC, version, zlib.crc32(payload)) + payload
+
+
+def _decode(path: Path, data: bytes) -> tuple[int, bytes]:
+    if len(data) < _HEADER.size:
+        raise CorruptRecord(f"{path}: truncated record")
+    magic, version, crc = _HEADER.unpack_from(data)
+    payload = data[_HEADER.size :]
+    if magic != _MAGIC or zlib.crc32(payload) != crc:
+        raise CorruptRecord(f"{path}: bad magic or checksum")
+    return version, payload
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+class LocalMetaStore(MetaStore):
+    """A directory owned by one coord process (enforced with flock)."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.dir = Path(directory)
+        self._channels_dir = self.dir / "channels"
+        self._channels_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = os.open(self.dir / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            raise MetaStoreBusy(f"another coord is using the meta store {self.dir}") from None
+        self._mutex = asyncio.Lock()
+        self._channels: dict[str, tuple[cpb.ChannelRecord, int]] = {}
+        self._cluster: tuple[cpb.ClusterRecord, int] | None = None
+        self._load()
+
+    def _load(self) -> None:
+        for stale in self._channels_dir.glob(".*.tmp"):
+            stale.unlink()
+        for path in self._channels_dir.glob("*.rec"):
+            version, payload = _decode(path, path.read_bytes())
+            record = cpb.ChannelRecord.FromString(payload)
+            self._channels[record.meta.channel.name] = (record, version)
+        cluster = self.dir / "cluster.rec"
+        if cluster.exists():
+            version, payload = _decode(cluster, cluster.read_bytes())
+            self._cluster = (cpb.ClusterRecord.FromString(payload), version)
+
+    @staticmethod
+    def _copy(record: cpb.ChannelRecord) -> cpb.ChannelRecord:
+        out = cpb.ChannelRecord()
+        out.CopyFrom(record)
+        return out
+
+    async def list_channels(self) -> list[Stored]:
+        return [
+            Stored(self._copy(rec), str(ver)) for _, (rec, ver) in sorted(self._channels.items())
+        ]
+
+    async def get_channel(self, name: str) -> Stored | None:
+        found = self._channels.get(name)
+        return Stored(self._copy(found[0]), str(found[1])) if found else None
+
+    async def put_channel(self, record: cpb.ChannelRecord, expected: str | None) -> Stored:
+        name = check_name(record.meta.channel.name)
+        async with self._mutex:
+            found = self._channels.get(name)
+            current = str(found[1]) if found else None
+            if current != expected:
+                raise VersionConflict(f"{name}: stored version {current}, expected {expected}")
+            version = (found[1] if found else 0) + 1
+            data = _encode(version, record.SerializeToString())
+            await asyncio.to_thread(_write_atomic, self._channels_dir / f"{name}.rec", data)
+            self._channels[name] = (self._copy(record), version)
+            return Stored(self._copy(record), str(version))
+
+    async def get_cluster(self) -> tuple[cpb.ClusterRecord, str | None]:
+        if self._cluster is None:
+            return cpb.ClusterRecord(), None
+        out = cpb.ClusterRecord()
+        out.CopyFrom(self._cluster[0])
+        return out, str(self._cluster[1])
+
+    async def put_cluster(self, record: cpb.ClusterRecord, expected: str | None) -> str:
+        async with self._mutex:
+            current = str(self._cluster[1]) if self._cluster else None
+            if current != expected:
+                raise VersionConflict(f"cluster: stored version {current}, expected {expected}")
+            version = (self._cluster[1] if self._cluster else 0) + 1
+            data = _encode(version, record.SerializeToString())
+            await asyncio.to_thread(_write_atomic, self.dir / "cluster.rec", data)
+            copy = cpb.ClusterRecord()
+            copy.CopyFrom(record)
+            self._cluster = (copy, version)
+            return str(version)
+
+    async def close(self) -> None:
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1

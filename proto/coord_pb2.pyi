@@ -1,0 +1,120 @@
+from . import streaming_pb2 as _streaming_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class OwnerDescription(_message.Message):
+    __slots__ = ("role", "address", "description_text")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_TEXT_FIELD_NUMBER: _ClassVar[int]
+    role: str
+    address: str
+    description_text: str
+    def __init__(self, role: _Optional[str] = ..., address: _Optional[str] = ..., description_text: _Optional[str] = ...) -> None: ...
+
+class ChannelRecord(_message.Message):
+    __slots__ = ("meta", "owner", "destroyed", "created_at_ms")
+    META_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    DESTROYED_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    meta: _streaming_pb2.PChannelMeta
+    owner: OwnerDescription
+    destroyed: bool
+    created_at_ms: int
+    def __init__(self, meta: _Optional[_Union[_streaming_pb2.PChannelMeta, _Mapping]] = ..., owner: _Optional[_Union[OwnerDescription, _Mapping]] = ..., destroyed: _Optional[bool] = ..., created_at_ms: _Optional[int] = ...) -> None: ...
+
+class ClusterRecord(_message.Message):
+    __slots__ = ("incarnation", "drained_nodes")
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    DRAINED_NODES_FIELD_NUMBER: _ClassVar[int]
+    incarnation: int
+    drained_nodes: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, incarnation: _Optional[int] = ..., drained_nodes: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class CreateChannelsRequest(_message.Message):
+    __slots__ = ("owner", "num_channels", "prefix")
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    NUM_CHANNELS_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    owner: OwnerDescription
+    num_channels: int
+    prefix: str
+    def __init__(self, owner: _Optional[_Union[OwnerDescription, _Mapping]] = ..., num_channels: _Optional[int] = ..., prefix: _Optional[str] = ...) -> None: ...
+
+class CreateChannelsResponse(_message.Message):
+    __slots__ = ("channel_names",)
+    CHANNEL_NAMES_FIELD_NUMBER: _ClassVar[int]
+    channel_names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, channel_names: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DestroyChannelsRequest(_message.Message):
+    __slots__ = ("channel_names",)
+    CHANNEL_NAMES_FIELD_NUMBER: _ClassVar[int]
+    channel_names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, channel_names: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DestroyChannelsResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DescribeChannelsRequest(_message.Message):
+    __slots__ = ("channel_names",)
+    CHANNEL_NAMES_FIELD_NUMBER: _ClassVar[int]
+    channel_names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, channel_names: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ChannelDescription(_message.Message):
+    __slots__ = ("channel_name", "owner", "meta")
+    CHANNEL_NAME_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    META_FIELD_NUMBER: _ClassVar[int]
+    channel_name: str
+    owner: OwnerDescription
+    meta: _streaming_pb2.PChannelMeta
+    def __init__(self, channel_name: _Optional[str] = ..., owner: _Optional[_Union[OwnerDescription, _Mapping]] = ..., meta: _Optional[_Union[_streaming_pb2.PChannelMeta, _Mapping]] = ...) -> None: ...
+
+class DescribeChannelsResponse(_message.Message):
+    __slots__ = ("descriptions",)
+    DESCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    descriptions: _containers.RepeatedCompositeFieldContainer[ChannelDescription]
+    def __init__(self, descriptions: _Optional[_Iterable[_Union[ChannelDescription, _Mapping]]] = ...) -> None: ...
+
+class DrainNodeRequest(_message.Message):
+    __slots__ = ("server_id", "undrain")
+    SERVER_ID_FIELD_NUMBER: _ClassVar[int]
+    UNDRAIN_FIELD_NUMBER: _ClassVar[int]
+    server_id: int
+    undrain: bool
+    def __init__(self, server_id: _Optional[int] = ..., undrain: _Optional[bool] = ...) -> None: ...
+
+class DrainNodeResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListNodesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class NodeDescription(_message.Message):
+    __slots__ = ("node", "liveness", "drained", "channels")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    LIVENESS_FIELD_NUMBER: _ClassVar[int]
+    DRAINED_FIELD_NUMBER: _ClassVar[int]
+    CHANNELS_FIELD_NUMBER: _ClassVar[int]
+    node: _streaming_pb2.StreamingNodeInfo
+    liveness: str
+    drained: bool
+    channels: int
+    def __init__(self, node: _Optional[_Union[_streaming_pb2.StreamingNodeInfo, _Mapping]] = ..., liveness: _Optional[str] = ..., drained: _Optional[bool] = ..., channels: _Optional[int] = ...) -> None: ...
+
+class ListNodesResponse(_message.Message):
+    __slots__ = ("nodes",)
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    nodes: _containers.RepeatedCompositeFieldContainer[NodeDescription]
+    def __init__(self, nodes: _Optional[_Iterable[_Union[NodeDescription, _Mapping]]] = ...) -> None: ...
