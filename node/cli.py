@@ -1,2 +1,68 @@
+"""`streamwal node`: run a streaming node."""
+
+from __future__ import annotations
+
+import asyncio
+
 import click
-node = click.Command("node")
+
+from streamwal import logs
+from streamwal.node.config import NodeConfig
+from streamwal.units import parse_duration_ms, parse_size
+
+
+@click.command("node")
+@click.option("--listen", default="127.0.0.1:19530", show_default=True, help="gRPC HOST:PORT.")
+@click.option("--data-dir", required=True, type=click.Path(file_okay=False), help="RocksDB folder.")
+@click.option("--node-id", default=1, show_default=True, type=int, help="Server id reported to coord.")
+@click.option("--metrics", default=None, help="Serve Prometheus metrics on HOST:PORT.")
+@click.option(
+    "--durability",
+    type=click.Choice(["sync", "async"]),
+    default="sync",
+    show_default=True,
+    help="sync: fsync every group commit before acknowledging; async: acknowledge once "
+    "the OS has the write (survives kill -9, not power loss).",
+)
+@click.option("--max-message-size", default="4MiB", show_default=True, help="Largest message.")
+@click.option("--time-tick-interval", default="200ms", show_default=True, help="Idle time-tick period.")
+@click.option("--retention-age", default="0", show_default=True, help="Default max age, e.g. 7d (0: forever).")
+@click.option("--retention-size", default="0", show_default=True, help="Default max bytes per pchannel, e.g. 10GiB (0: unlimited).")
+@click.option("--log-level", default="info", show_default=True)
+def node(
+    listen: str,
+    data_dir: str,
+    node_id: int,
+    metrics: str | None,
+    durability: str,
+    max_message_size: str,
+    time_tick_interval: str,
+    retention_age: str,
+    retention_size: str,
+    log_level: str,
+) -> None:
+    """Run a streaming node: a durable WAL of pchannels served over gRPC."""
+    from streamwal.node.server import NodeServer
+
+    logs.configure(log_level)
+    config = NodeConfig(
+        listen=listen,
+        data_dir=data_dir,
+        node_id=node_id,
+        metrics=metrics,
+        durability=durability,
+        max_message_bytes=parse_size(max_message_size),
+        time_tick_interval_s=parse_duration_ms(time_tick_interval) / 1000,
+        default_retention_age_ms=parse_duration_ms(retention_age),
+        default_retention_bytes=parse_size(retention_size),
+    )
+    _run(NodeServer(config).serve_forever())
+
+
+def _run(coro) -> None:
+    try:
+        import uvloop
+
+        uvloop.run(coro)
+    except ImportError:  # pragma: no cover - uvloop is a dependency, but keep a fallback
+        asyncio.run(coro)

@@ -99,3 +99,12 @@ def error_for(code: int, cause: str) -> StreamingError:
     """The most specific StreamingError subclass for `code`."""
     cls = _BY_CODE.get(code)
     return cls(cause) if cls else StreamingError(cause, code)
+
+
+class Unavailable(StreamingError):
+    """The node could not be reached or the stream broke (no StreamingCode from the node)."""
+
+    code = Code.STREAMING_CODE_UNKNOWN
+
+    def __str__(self) -> str:
+        return f"unavailable: {self.cause}"

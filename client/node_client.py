@@ -1,0 +1,464 @@
+"""asyncio client of one streaming node: manager calls, producers and consumers.
+
+The producer batches and pipelines: messages sent while earlier batches are in flight
+are gathered into the next batch (up to size limits), with at most `max_in_flight`
+batches unacknowledged, as Kafka's producer does. A lone `send` therefore goes out at
+once (low latency) and many concurrent sends share frames and fsyncs (high throughput).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import grpc
+from grpc import aio
+
+from streamwal.client import encoding
+from streamwal.client.policy import DeliverPolicy
+from streamwal.errors import InvalidRequestSeq, StreamingError, Unavailable
+from streamwal.grpc_errors import from_rpc_error
+from streamwal.ids import decode_offset
+from streamwal.message import DEFAULT_MSG_TYPE, PROP_TERM, PROP_TIME_TICK, PROP_TYPE, PROP_VCHANNEL
+from streamwal.proto import milvus_pb2, streaming_pb2 as pb
+from streamwal.transport import TransportConfig, make_channel
+
+_HANDLER = "/milvus.proto.streaming.StreamingNodeHandlerService/"
+_MANAGER = "/milvus.proto.streaming.StreamingNodeManagerService/"
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    offset: int
+    time_tick: int
+
+
+class ConsumedMessage:
+    """A delivered message; properties include the node-set `_tt` and `_wt`."""
+
+    __slots__ = ("_msg", "offset", "term", "time_tick")
+
+    def __init__(self, offset: int, term: int, time_tick: int, msg: pb.Message) -> None:
+        self.offset = offset
+        self.term = term
+        self.time_tick = time_tick
+        self._msg = msg
+
+    @property
+    def payload(self) -> bytes:
+        return self._msg.payload
+
+    @property
+    def properties(self) -> dict[str, str]:
+        props = dict(self._msg.properties)
+        props[PROP_TIME_TICK] = str(self.time_tick)
+        props[PROP_TERM] = str(self.term)
+        return props
+
+    @property
+    def msg_type(self) -> int:
+        raw = self._msg.properties.get(PROP_TYPE)
+        return int(raw) if raw else int(DEFAULT_MSG_TYPE)
+
+    @property
+    def vchannel(self) -> str | None:
+        return self._msg.properties.get(PROP_VCHANNEL)
+
+    def __repr__(self) -> str:
+        return (
+            f"ConsumedMessage(offset={self.offset}, term={self.term}, tick={self.time_tick}, "
+            f"type={self.msg_type}, vchannel={self.vchannel!r}, {len(self.payload)} bytes)"
+        )
+
+
+class NodeClient:
+    """One gRPC channel to one node."""
+
+    def __init__(self, address: str, transport: TransportConfig | None = None) -> None:
+        self.address = address
+        self._channel = make_channel(address, transport)
+
+    async def __aenter__(self) -> NodeClient:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def wait_ready(self, timeout: float = 10.0) -> None:
+        await asyncio.wait_for(self._channel.channel_ready(), timeout)
+
+    async def _unary(self, method: str, request, response_cls):
+        call = self._channel.unary_unary(
+            method,
+            request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=response_cls.FromString,
+        )
+        try:
+            return await call(request)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+
+    async def assign(self, pchannel: str, term: int) -> None:
+        req = pb.StreamingNodeManagerAssignRequest(pchannel=pb.PChannelInfo(name=pchannel, term=term))
+        await self._unary(_MANAGER + "Assign", req, pb.StreamingNodeManagerAssignResponse)
+
+    async def remove(self, pchannel: str, term: int) -> None:
+        req = pb.StreamingNodeManagerRemoveRequest(pchannel=pb.PChannelInfo(name=pchannel, term=term))
+        await self._unary(_MANAGER + "Remove", req, pb.StreamingNodeManagerRemoveResponse)
+
+    async def collect_status(self) -> pb.StreamingNodeManagerCollectStatusResponse:
+        return await self._unary(
+            _MANAGER + "CollectStatus",
+            pb.StreamingNodeManagerCollectStatusRequest(),
+            pb.StreamingNodeManagerCollectStatusResponse,
+        )
+
+    async def component_states(self) -> milvus_pb2.ComponentStates:
+        return await self._unary(
+            "/milvus.proto.streaming.StreamingNodeStateService/GetComponentStates",
+            milvus_pb2.GetComponentStatesRequest(),
+            milvus_pb2.ComponentStates,
+        )
+
+    async def producer(self, pchannel: str, term: int, **options) -> Producer:
+        producer = Producer(self._channel, pchannel, term, **options)
+        await producer.open()
+        return producer
+
+    async def consumer(
+        self,
+        pchannel: str,
+        term: int,
+        policy: pb.DeliverPolicy | None = None,
+        filters: Sequence[pb.DeliverFilter] = (),
+    ) -> Consumer:
+        consumer = Consumer(self._channel, pchannel, term, policy or DeliverPolicy.all(), filters)
+        await consumer.open()
+        return consumer
+
+
+class _Batch:
+    __slots__ = ("count", "entries", "future", "size")
+
+    def __init__(self) -> None:
+        self.entries: list[bytes] = []
+        self.size = 0
+        self.count = 0
+        self.future: asyncio.Future = asyncio.get_running_loop().create_future()
+
+
+class Producer:
+    """Appends to one pchannel under one term; see the module docstring for batching."""
+
+    def __init__(
+        self,
+        channel: aio.Channel,
+        pchannel: str,
+        term: int,
+        *,
+        max_batch_bytes: int = 1024 * 1024,
+        max_batch_messages: int = 8192,
+        max_in_flight: int = 8,
+    ) -> None:
+        self.pchannel = pchannel
+        self.term = term
+        self._channel = channel
+        self._max_bytes = max_batch_bytes
+        self._max_messages = max_batch_messages
+        self._slots = asyncio.Semaphore(max_in_flight)
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, asyncio.Future] = {}
+        self._open_batch: _Batch | None = None
+        self._props_cache: dict[tuple, bytes] = {}
+        self._error: StreamingError | None = None
+        self._call = None
+        self._reader: asyncio.Task | None = None
+        self._sender: asyncio.Task | None = None
+        self._queue: asyncio.Queue[_Batch] = asyncio.Queue()
+        self.producer_id = 0
+
+    async def open(self) -> None:
+        header = pb.CreateProducerRequest(pchannel=pb.PChannelInfo(name=self.pchannel, term=self.term))
+        method = self._channel.stream_stream(
+            _HANDLER + "Produce",
+            request_serializer=lambda raw: raw,
+            response_deserializer=pb.ProduceResponse.FromString,
+        )
+        self._call = method(metadata=(("create-producer-bin", header.SerializeToString()),))
+        try:
+            first = await self._call.read()
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        if first is aio.EOF or first.WhichOneof("response") != "create":
+            raise InvalidRequestSeq("the node did not answer the producer header with `create`")
+        self.producer_id = first.create.producer_id
+        self._reader = asyncio.ensure_future(self._read())
+        self._sender = asyncio.ensure_future(self._send_loop())
+
+    async def __aenter__(self) -> Producer:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    def _props(self, vchannel, msg_type, properties) -> bytes:
+        if vchannel is None and msg_type is None and not properties:
+            return b""
+        key = (vchannel, msg_type, tuple(sorted(properties.items())) if properties else ())
+        blob = self._props_cache.get(key)
+        if blob is None:
+            props = encoding.message_properties(vchannel, msg_type, properties)
+            blob = encoding.encode_properties(props)
+            if len(self._props_cache) < 1024:
+                self._props_cache[key] = blob
+        return blob
+
+    async def send(
+        self,
+        payload: bytes,
+        *,
+        vchannel: str | None = None,
+        msg_type: int | None = None,
+        properties: Mapping[str, str] | None = None,
+    ) -> AppendResult:
+        """Append one message; returns once it is durable on the node."""
+        self._raise_if_failed()
+        entry = encoding.encode_entry(payload, self._props(vchannel, msg_type, properties))
+        batch = self._open_batch
+        if batch is None or batch.size + len(entry) > self._max_bytes or batch.count >= self._max_messages:
+            batch = self._open_batch = _Batch()
+            self._queue.put_nowait(batch)
+        index = batch.count
+        batch.entries.append(entry)
+        batch.size += len(entry)
+        batch.count += 1
+        base, tick = await asyncio.shield(batch.future)
+        return AppendResult(base + index, tick + index)
+
+    async def send_many(
+        self,
+        payloads: Iterable[bytes],
+        *,
+        vchannel: str | None = None,
+        msg_type: int | None = None,
+        properties: Mapping[str, str] | None = None,
+    ) -> list[AppendResult]:
+        """Append all payloads as one atomic batch (same vchannel, type and properties)."""
+        self._raise_if_failed()
+        blob = self._props(vchannel, msg_type, properties)
+        batch = _Batch()
+        batch.entries = [encoding.encode_entry(p, blob) for p in payloads]
+        batch.count = len(batch.entries)
+        if batch.count == 0:
+            return []
+        self._queue.put_nowait(batch)
+        base, tick = await batch.future
+        return [AppendResult(base + i, tick + i) for i in range(batch.count)]
+
+    async def send_batch(self, entries: list[bytes]) -> tuple[int, int]:
+        """Append pre-encoded entries (encoding.encode_entry) atomically: (first offset, first tick)."""
+        self._raise_if_failed()
+        batch = _Batch()
+        batch.entries = entries
+        batch.count = len(entries)
+        self._queue.put_nowait(batch)
+        return await batch.future
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    async def _send_loop(self) -> None:
+        try:
+            while True:
+                batch = await self._queue.get()
+                await self._slots.acquire()
+                if batch is self._open_batch:
+                    self._open_batch = None  # later sends start a new batch
+                rid = next(self._ids)
+                self._waiting[rid] = batch.future
+                await self._call.write(encoding.produce_batch_frame(rid, b"".join(batch.entries)))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._fail(from_rpc_error(exc) if isinstance(exc, grpc.RpcError) else Unavailable(str(exc)))
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                resp = await self._call.read()
+                if resp is aio.EOF:
+                    break
+                kind = resp.WhichOneof("response")
+                if kind == "produce_batch":
+                    r = resp.produce_batch
+                    future = self._waiting.pop(r.request_id, None)
+                    self._slots.release()
+                    if future is None or future.done():
+                        continue
+                    if r.WhichOneof("response") == "error":
+                        future.set_exception(StreamingError.from_proto(r.error))
+                    else:
+                        future.set_result(
+                            (decode_offset(r.result.first_id.id), r.result.first_time_tick)
+                        )
+                elif kind == "close":
+                    break
+            self._fail(Unavailable("producer stream closed"))
+        except grpc.RpcError as exc:
+            self._fail(from_rpc_error(exc))
+        except asyncio.CancelledError:
+            raise
+
+    def _fail(self, err: StreamingError) -> None:
+        if self._error is None:
+            self._error = err
+        for future in self._waiting.values():
+            if not future.done():
+                future.set_exception(err)
+        self._waiting.clear()
+        while not self._queue.empty():
+            batch = self._queue.get_nowait()
+            if not batch.future.done():
+                batch.future.set_exception(err)
+
+    async def close(self) -> None:
+        """Wait for every outstanding message, then close the stream."""
+        if self._call is None:
+            return
+        while (self._waiting or not self._queue.empty()) and self._error is None:
+            await asyncio.sleep(0.001)
+        if self._sender:
+            self._sender.cancel()
+        if self._error is None:
+            try:
+                await self._call.write(encoding.close_frame())
+                await self._call.done_writing()
+                await asyncio.wait_for(self._reader, 5)
+            except (grpc.RpcError, TimeoutError, asyncio.CancelledError):
+                pass
+        if self._reader:
+            self._reader.cancel()
+        self._call.cancel()
+        self._error = self._error or Unavailable("producer closed")
+        self._call = None
+
+
+class Consumer:
+    """Reads one pchannel under one term; an async iterator of ConsumedMessage."""
+
+    def __init__(
+        self,
+        channel: aio.Channel,
+        pchannel: str,
+        term: int,
+        policy: pb.DeliverPolicy,
+        filters: Sequence[pb.DeliverFilter],
+    ) -> None:
+        self.pchannel = pchannel
+        self.term = term
+        self._channel = channel
+        self._policy = policy
+        self._filters = list(filters)
+        self._call = None
+        self._buffer: list[ConsumedMessage] = []
+        self._pos = 0
+        self.first_offset = 0
+        self.next_offset = 0  # log end when the consumer opened
+
+    async def open(self) -> None:
+        header = pb.CreateConsumerRequest(
+            pchannel=pb.PChannelInfo(name=self.pchannel, term=self.term),
+            deliver_policy=self._policy,
+            deliver_filters=self._filters,
+            options=pb.ConsumerOptions(batched=True),
+        )
+        method = self._channel.stream_stream(
+            _HANDLER + "Consume",
+            request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=pb.ConsumeResponse.FromString,
+        )
+        self._call = method(metadata=(("create-consumer-bin", header.SerializeToString()),))
+        try:
+            first = await self._call.read()
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        if first is aio.EOF or first.WhichOneof("response") != "create":
+            raise InvalidRequestSeq("the node did not answer the consumer header with `create`")
+        self.first_offset = first.create.first_offset
+        self.next_offset = first.create.next_offset
+
+    async def __aenter__(self) -> Consumer:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    def __aiter__(self) -> AsyncIterator[ConsumedMessage]:
+        return self
+
+    async def __anext__(self) -> ConsumedMessage:
+        if self._pos < len(self._buffer):
+            msg = self._buffer[self._pos]
+            self._pos += 1
+            return msg
+        batch = await self.next_batch()
+        if batch is None:
+            raise StopAsyncIteration
+        self._buffer, self._pos = batch, 1
+        return batch[0]
+
+    async def next_batch(self) -> list[ConsumedMessage] | None:
+        """The next frame's messages (None when the node closed the stream)."""
+        while True:
+            try:
+                resp = await self._call.read()
+            except grpc.RpcError as exc:
+                raise from_rpc_error(exc) from None
+            if resp is aio.EOF:
+                return None
+            kind = resp.WhichOneof("response")
+            if kind == "consume_batch":
+                return decode_batch(resp.consume_batch)
+            if kind == "consume":
+                m = resp.consume
+                props = m.message.properties
+                return [
+                    ConsumedMessage(
+                        decode_offset(m.id.id),
+                        int(props.get(PROP_TERM, self.term)),
+                        int(props.get(PROP_TIME_TICK, 0)),
+                        m.message,
+                    )
+                ]
+            if kind == "close":
+                return None
+
+    async def close(self) -> None:
+        if self._call is None:
+            return
+        try:
+            await self._call.write(pb.ConsumeRequest(close=pb.CloseConsumerRequest()))
+            await self._call.done_writing()
+        except (grpc.RpcError, asyncio.InvalidStateError):
+            pass
+        self._call.cancel()
+        self._call = None
+
+
+def decode_batch(b: pb.ConsumeBatchResponse) -> list[ConsumedMessage]:
+    messages = pb.MessageBatch.FromString(b.messages).messages
+    term = b.term
+    if b.offsets:
+        return [
+            ConsumedMessage(o, term, t, m)
+            for o, t, m in zip(b.offsets, b.time_ticks, messages, strict=True)
+        ]
+    first = decode_offset(b.first_id.id)
+    tick = b.first_time_tick
+    return [ConsumedMessage(first + i, term, tick + i, m) for i, m in enumerate(messages)]

@@ -1,0 +1,23 @@
+"""Node configuration: one dataclass, filled from CLI flags or STREAMWAL_NODE_* variables."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    listen: str = "127.0.0.1:19530"
+    data_dir: str = "./data/node"
+    node_id: int = 1
+    metrics: str | None = None
+    # "sync": fsync every group commit (acknowledged survives power loss);
+    # "async": the write reaches the OS before the ack (survives kill -9, not power loss).
+    durability: str = "sync"
+    max_message_bytes: int = 4 * 1024 * 1024
+    time_tick_interval_s: float = 0.2
+    retention_check_interval_s: float = 5.0
+    default_retention_age_ms: int = 0
+    default_retention_bytes: int = 0
+    # A producer stream stops reading requests while this many bytes await their ack.
+    max_inflight_bytes_per_producer: int = 64 * 1024 * 1024

@@ -1,0 +1,75 @@
+"""Term fencing: the rules that keep a stale owner from ever appending.
+
+Pure decisions over a pchannel's persisted fence (the highest term accepted and whether
+the node still serves it). The node persists the fence before acting on an Assign, so
+these rules hold across restarts. Codes follow DESIGN.md's invariants.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from streamwal.errors import (
+    ChannelFenced,
+    ChannelNotExist,
+    IgnoredOperation,
+    StreamingError,
+    UnmatchedChannelTerm,
+)
+
+
+@dataclass(frozen=True)
+class Fence:
+    """What the node durably knows of a pchannel: highest accepted term, still serving."""
+
+    term: int
+    serving: bool
+
+
+class AssignOutcome(Enum):
+    TAKE = "take"  # a newer term: persist it, then serve under it
+    ALREADY = "already"  # the same term again: idempotent success
+
+
+def decide_assign(fence: Fence | None, term: int) -> AssignOutcome:
+    if term < 1:
+        raise IgnoredOperation(f"term must be >= 1, got {term}")
+    if fence is None or term > fence.term:
+        return AssignOutcome.TAKE
+    if term == fence.term and fence.serving:
+        return AssignOutcome.ALREADY
+    raise IgnoredOperation(
+        f"assign with term {term} ignored: term {fence.term} already accepted"
+        + ("" if fence.serving else " and released")
+    )
+
+
+def decide_remove(fence: Fence | None, name: str, term: int) -> None:
+    """Raises unless a Remove with `term` may release the pchannel."""
+    if fence is None or not fence.serving:
+        raise ChannelNotExist(f"pchannel {name!r} is not served by this node")
+    if term < fence.term:
+        raise IgnoredOperation(
+            f"remove of {name!r} with term {term} ignored: serving term {fence.term}"
+        )
+
+
+def check_access(fence: Fence | None, name: str, term: int) -> None:
+    """Raises the error a Produce or Consume under `term` must get, if any."""
+    if fence is None:
+        raise ChannelNotExist(f"pchannel {name!r} was never assigned to this node")
+    if not fence.serving:
+        raise ChannelFenced(f"pchannel {name!r} moved away or was removed (term {fence.term})")
+    if term != fence.term:
+        if term < fence.term:
+            raise UnmatchedChannelTerm(
+                f"pchannel {name!r} term {term} is stale: the node serves term {fence.term}"
+            )
+        raise UnmatchedChannelTerm(
+            f"pchannel {name!r} term {term} is not assigned here: the node serves term {fence.term}"
+        )
+
+
+def is_fencing_error(err: StreamingError) -> bool:
+    return isinstance(err, ChannelFenced | ChannelNotExist | UnmatchedChannelTerm)

@@ -1,0 +1,199 @@
+"""RocksDB adapter for the node's log: records, per-pchannel meta and size counters.
+
+Key layout (one default column family, ordered by bytes):
+  b"l" + name + b"\\0" + offset(8, big-endian) -> record (see records.py), keyed by its base offset
+  b"m" + name -> JSON channel meta (fence, term history, retention)
+  b"s" + name -> bytes retained, 8 bytes big-endian
+Recovery seeks to the last record of each pchannel instead of scanning the log.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rocksdict import Options, ReadOptions, Rdict, WriteBatch, WriteOptions
+
+from streamwal.node import records
+
+_U64 = struct.Struct(">Q")
+_MAX_KEY = b"\xff" * 8
+
+
+def log_prefix(name: str) -> bytes:
+    return b"l" + name.encode() + b"\0"
+
+
+def log_key(name: str, offset: int) -> bytes:
+    return log_prefix(name) + _U64.pack(offset)
+
+
+def _meta_key(name: str) -> bytes:
+    return b"m" + name.encode()
+
+
+def _size_key(name: str) -> bytes:
+    return b"s" + name.encode()
+
+
+@dataclass
+class ChannelMeta:
+    """What survives a restart of a pchannel besides its records."""
+
+    term: int = 0
+    serving: bool = False
+    history: list[tuple[int, int]] = field(default_factory=list)  # (term, first offset)
+    retention_age_ms: int = 0  # 0: keep forever
+    retention_bytes: int = 0  # 0: no size limit
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(
+            {
+                "term": self.term,
+                "serving": self.serving,
+                "history": self.history,
+                "retention_age_ms": self.retention_age_ms,
+                "retention_bytes": self.retention_bytes,
+            }
+        ).encode()
+
+    @staticmethod
+    def from_bytes(raw: bytes) -> ChannelMeta:
+        d = json.loads(raw)
+        return ChannelMeta(
+            term=d["term"],
+            serving=d["serving"],
+            history=[tuple(h) for h in d["history"]],
+            retention_age_ms=d.get("retention_age_ms", 0),
+            retention_bytes=d.get("retention_bytes", 0),
+        )
+
+
+@dataclass(frozen=True)
+class Tail:
+    """Where a pchannel's log ends and begins, found by two seeks."""
+
+    first_offset: int
+    next_offset: int
+    last_tick: int
+    size_bytes: int
+
+
+class LogStore:
+    """Thin wrapper over one RocksDB; every method is synchronous (callers pick the thread)."""
+
+    def __init__(self, path: str | Path, *, sync: bool = True) -> None:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        opts = Options(raw_mode=True)
+        opts.create_if_missing(True)
+        opts.set_write_buffer_size(64 * 1024 * 1024)
+        opts.set_max_write_buffer_number(4)
+        opts.increase_parallelism(2)
+        self._db = Rdict(str(path), opts)
+        self._write_opts = WriteOptions()
+        self._write_opts.sync = sync
+        self.sync = sync
+
+    def close(self) -> None:
+        self._db.close()
+
+    # -- meta --------------------------------------------------------------------------
+
+    def channel_names(self) -> list[str]:
+        names = []
+        it = self._db.iter(ReadOptions())
+        it.seek(b"m")
+        while it.valid():
+            key = it.key()
+            if not key.startswith(b"m"):
+                break
+            names.append(key[1:].decode())
+            it.next()
+        return names
+
+    def load_meta(self, name: str) -> ChannelMeta | None:
+        raw = self._db.get(_meta_key(name))
+        return None if raw is None else ChannelMeta.from_bytes(raw)
+
+    def save_meta(self, name: str, meta: ChannelMeta) -> None:
+        """Durable before return, whatever the append durability: fences must hold."""
+        wb = WriteBatch(raw_mode=True)
+        wb.put(_meta_key(name), meta.to_bytes())
+        opts = WriteOptions()
+        opts.sync = True
+        self._db.write(wb, opts)
+
+    def tail(self, name: str) -> Tail:
+        prefix = log_prefix(name)
+        it = self._db.iter(ReadOptions())
+        it.seek_for_prev(prefix + _MAX_KEY)
+        if not it.valid() or not it.key().startswith(prefix):
+            return Tail(0, 0, 0, 0)
+        base = _U64.unpack(it.key()[len(prefix) :])[0]
+        _, first_tick, count = records.peek(it.value())
+        it.seek(prefix)
+        first = _U64.unpack(it.key()[len(prefix) :])[0]
+        raw = self._db.get(_size_key(name))
+        size = _U64.unpack(raw)[0] if raw else 0
+        return Tail(first, base + count, first_tick + count - 1, size)
+
+    # -- records -----------------------------------------------------------------------
+
+    def new_batch(self) -> WriteBatch:
+        return WriteBatch(raw_mode=True)
+
+    @staticmethod
+    def put_record(wb: WriteBatch, name: str, base: int, value: bytes) -> None:
+        wb.put(log_key(name, base), value)
+
+    @staticmethod
+    def put_size(wb: WriteBatch, name: str, size: int) -> None:
+        wb.put(_size_key(name), _U64.pack(size))
+
+    def write(self, wb: WriteBatch) -> None:
+        self._db.write(wb, self._write_opts)
+
+    def records_from(self, name: str, offset: int, limit: int) -> list[tuple[int, bytes]]:
+        """Up to `limit` (base offset, value) pairs, starting with the record holding `offset`."""
+        prefix = log_prefix(name)
+        it = self._db.iter(ReadOptions())
+        it.seek_for_prev(prefix + _U64.pack(offset))
+        if not (it.valid() and it.key().startswith(prefix)):
+            it.seek(prefix)
+        out: list[tuple[int, bytes]] = []
+        plen = len(prefix)
+        while it.valid() and len(out) < limit:
+            key = it.key()
+            if not key.startswith(prefix):
+                break
+            value = it.value()
+            base = _U64.unpack(key[plen:])[0]
+            if base + records.peek(value)[2] > offset:
+                out.append((base, value))
+            it.next()
+        return out
+
+    def iter_headers(self, name: str) -> Iterator[tuple[int, int, int, int]]:
+        """(base, first tick, count, value size) from the oldest record on: for retention."""
+        prefix = log_prefix(name)
+        it = self._db.iter(ReadOptions())
+        it.seek(prefix)
+        plen = len(prefix)
+        while it.valid():
+            key = it.key()
+            if not key.startswith(prefix):
+                return
+            value = it.value()
+            _, first_tick, count = records.peek(value)
+            yield _U64.unpack(key[plen:])[0], first_tick, count, len(value)
+            it.next()
+
+    def delete_before(self, name: str, offset: int, size_after: int) -> None:
+        """Drop every record whose base is below `offset` and store the new size."""
+        wb = WriteBatch(raw_mode=True)
+        wb.delete_range(log_prefix(name), log_key(name, offset))
+        wb.put(_size_key(name), _U64.pack(size_after))
+        self._db.write(wb, self._write_opts)

@@ -1,0 +1,86 @@
+"""Assembles a streaming node: LogStore + Wal + gRPC services + health + metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from prometheus_client import start_http_server
+
+from streamwal.node.config import NodeConfig
+from streamwal.node.log_store import LogStore
+from streamwal.node.metrics import NodeMetrics
+from streamwal.node.service import NodeService
+from streamwal.node.wal import Wal
+from streamwal.transport import TransportConfig, bind, make_server
+
+log = logging.getLogger("streamwal.node")
+
+
+class NodeServer:
+    def __init__(self, config: NodeConfig, transport: TransportConfig | None = None) -> None:
+        self.config = config
+        self.transport = transport
+        self.metrics = NodeMetrics()
+        self.port = 0
+        self._server = None
+        self._metrics_server = None
+
+    async def start(self) -> None:
+        cfg = self.config
+        started = time.perf_counter()
+        self.store = LogStore(cfg.data_dir, sync=cfg.durability == "sync")
+        self.wal = Wal(self.store, cfg, self.metrics)
+        self.wal.open()
+        self.wal.start()
+        self.service = NodeService(
+            self.wal, cfg.node_id, cfg.max_message_bytes, cfg.max_inflight_bytes_per_producer
+        )
+        self._health = health.aio.HealthServicer()
+        server = make_server(self.transport)
+        server.add_generic_rpc_handlers(self.service.handlers())
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        self.port = bind(server, cfg.listen, self.transport)
+        if self.port == 0:
+            raise OSError(f"cannot listen on {cfg.listen}")
+        await server.start()
+        self._server = server
+        if cfg.metrics:
+            host, _, port = cfg.metrics.rpartition(":")
+            self._metrics_server, _ = start_http_server(
+                int(port), addr=host or "0.0.0.0", registry=self.metrics.registry
+            )
+        await self._health.set("", health_pb2.HealthCheckResponse.SERVING)
+        log.info(
+            "node serving",
+            extra={
+                "listen": cfg.listen,
+                "port": self.port,
+                "node_id": cfg.node_id,
+                "pchannels": len(self.wal.channels),
+                "startup_s": round(time.perf_counter() - started, 3),
+            },
+        )
+
+    async def stop(self, grace: float = 2.0) -> None:
+        self.service.serving = False
+        await self._health.enter_graceful_shutdown()
+        if self._server:
+            await self._server.stop(grace)
+        await self.wal.close()
+        self.store.close()
+        if self._metrics_server:
+            self._metrics_server.shutdown()
+
+    async def serve_forever(self) -> None:
+        await self.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        log.info("node stopping")
+        await self.stop()

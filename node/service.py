@@ -1,0 +1,450 @@
+"""gRPC adapter of the node: the seed's services over the Wal.
+
+Handlers are registered by hand (not through the generated add_*_to_server helpers) so
+that request deserialization is ours: a malformed frame becomes a clear
+INVAILD_ARGUMENT for that stream instead of an opaque INTERNAL, and other streams are
+unaffected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Callable
+
+import grpc
+from google.protobuf.message import DecodeError
+from grpc import aio
+
+from streamwal.errors import Inner, InvalidArgument, OnShutdown, StreamingError
+from streamwal.grpc_errors import status_for, trailing
+from streamwal.ids import encode_offset
+from streamwal.node import delivery, records
+from streamwal.node.channel import Channel
+from streamwal.node.wal import Wal
+from streamwal.proto import milvus_pb2, streaming_pb2 as pb
+
+log = logging.getLogger("streamwal.node.service")
+
+PRODUCER_HEADER = "create-producer-bin"
+CONSUMER_HEADER = "create-consumer-bin"
+READ_RECORDS = 32  # records per read from the log while catching up
+
+
+class Malformed:
+    """Stands in for a request frame that did not parse."""
+
+    def __init__(self, what: str, exc: Exception) -> None:
+        self.reason = f"malformed {what} frame: {exc}"
+
+
+def _tolerant(cls) -> Callable[[bytes], object]:
+    def parse(raw: bytes):
+        try:
+            return cls.FromString(raw)
+        except Exception as exc:
+            return Malformed(cls.__name__, exc)
+
+    return parse
+
+
+async def _abort(context: aio.ServicerContext, err: StreamingError) -> None:
+    await context.abort(status_for(err), str(err), trailing_metadata=trailing(err))
+
+
+def _header(context: aio.ServicerContext, key: str, cls):
+    for k, v in context.invocation_metadata() or ():
+        if k == key:
+            try:
+                return cls.FromString(v)
+            except DecodeError as exc:
+                raise InvalidArgument(f"garbled {key} header: {exc}") from None
+    raise InvalidArgument(f"missing {key} header (a serialized {cls.__name__})")
+
+
+class NodeService:
+    def __init__(self, wal: Wal, node_id: int, max_message_bytes: int, max_inflight: int) -> None:
+        self.wal = wal
+        self.node_id = node_id
+        self.max_message_bytes = max_message_bytes
+        self.max_inflight = max_inflight
+        self._ids = itertools.count(1)
+        self.serving = True
+
+    def handlers(self) -> list[grpc.GenericRpcHandler]:
+        def ser(msg) -> bytes:
+            return msg.SerializeToString()
+
+        handler = grpc.method_handlers_generic_handler(
+            "milvus.proto.streaming.StreamingNodeHandlerService",
+            {
+                "Produce": grpc.stream_stream_rpc_method_handler(
+                    self.produce, _tolerant(pb.ProduceRequest), ser
+                ),
+                "Consume": grpc.stream_stream_rpc_method_handler(
+                    self.consume, _tolerant(pb.ConsumeRequest), ser
+                ),
+            },
+        )
+        manager = grpc.method_handlers_generic_handler(
+            "milvus.proto.streaming.StreamingNodeManagerService",
+            {
+                "Assign": grpc.unary_unary_rpc_method_handler(
+                    self.assign, _tolerant(pb.StreamingNodeManagerAssignRequest), ser
+                ),
+                "Remove": grpc.unary_unary_rpc_method_handler(
+                    self.remove, _tolerant(pb.StreamingNodeManagerRemoveRequest), ser
+                ),
+                "CollectStatus": grpc.unary_unary_rpc_method_handler(
+                    self.collect_status, _tolerant(pb.StreamingNodeManagerCollectStatusRequest), ser
+                ),
+            },
+        )
+        state = grpc.method_handlers_generic_handler(
+            "milvus.proto.streaming.StreamingNodeStateService",
+            {
+                "GetComponentStates": grpc.unary_unary_rpc_method_handler(
+                    self.component_states, _tolerant(milvus_pb2.GetComponentStatesRequest), ser
+                )
+            },
+        )
+        return [handler, manager, state]
+
+    # -- manager -----------------------------------------------------------------------
+
+    async def _unary(self, request, context, action):
+        try:
+            if isinstance(request, Malformed):
+                raise InvalidArgument(request.reason)
+            if not self.serving:
+                raise OnShutdown("node is shutting down")
+            return await action(request)
+        except StreamingError as err:
+            await _abort(context, err)
+
+    async def assign(self, request, context):
+        async def act(req):
+            await self.wal.assign(req.pchannel.name, req.pchannel.term)
+            return pb.StreamingNodeManagerAssignResponse()
+
+        return await self._unary(request, context, act)
+
+    async def remove(self, request, context):
+        async def act(req):
+            await self.wal.remove(req.pchannel.name, req.pchannel.term)
+            return pb.StreamingNodeManagerRemoveResponse()
+
+        return await self._unary(request, context, act)
+
+    async def collect_status(self, request, context):
+        async def act(_req):
+            resp = pb.StreamingNodeManagerCollectStatusResponse(server_id=self.node_id)
+            for ch in self.wal.channels.values():
+                if not ch.meta.serving:
+                    continue
+                resp.channels.append(
+                    pb.PChannelStatus(
+                        pchannel=pb.PChannelInfo(name=ch.name, term=ch.term),
+                        first_offset=ch.first_offset,
+                        next_offset=ch.committed_next,
+                        last_time_tick=ch.clock.last,
+                        size_bytes=ch.size_bytes,
+                        producers=ch.producers,
+                        consumers=ch.consumers,
+                    )
+                )
+            return resp
+
+        return await self._unary(request, context, act)
+
+    async def component_states(self, request, context):
+        code = milvus_pb2.Healthy if self.serving else milvus_pb2.Stopping
+        info = milvus_pb2.ComponentInfo(nodeID=self.node_id, role="streamingnode", state_code=code)
+        return milvus_pb2.ComponentStates(state=info, status=milvus_pb2.Status())
+
+    # -- produce -----------------------------------------------------------------------
+
+    async def produce(self, request_iterator, context):
+        try:
+            header = _header(context, PRODUCER_HEADER, pb.CreateProducerRequest)
+            term = header.pchannel.term
+            ch = self.wal.access(header.pchannel.name, term)
+        except StreamingError as err:
+            await _abort(context, err)
+            return
+        producer_id = next(self._ids)
+        ch.producers += 1
+        gauge = self.wal.metrics.active_producers.labels(ch.name)
+        gauge.inc()
+        try:
+            await context.write(
+                pb.ProduceResponse(create=pb.CreateProducerResponse(producer_id=producer_id))
+            )
+            await _ProduceStream(self, ch, term, request_iterator, context).run()
+        finally:
+            ch.producers -= 1
+            gauge.dec()
+
+    # -- consume -----------------------------------------------------------------------
+
+    async def consume(self, request_iterator, context):
+        try:
+            header = _header(context, CONSUMER_HEADER, pb.CreateConsumerRequest)
+            term = header.pchannel.term
+            ch = self.wal.access(header.pchannel.name, term)
+            filters = delivery.Filters.from_proto(list(header.deliver_filters))
+            position = delivery.start_offset(
+                header.deliver_policy, ch.first_offset, ch.committed_next
+            )
+        except StreamingError as err:
+            await _abort(context, err)
+            return
+        consumer_id = next(self._ids)
+        ch.consumers += 1
+        self.wal.metrics.active_consumers.labels(ch.name).inc()
+        closer = asyncio.ensure_future(self._await_close(request_iterator))
+        try:
+            await context.write(
+                pb.ConsumeResponse(
+                    create=pb.CreateConsumerResponse(
+                        first_offset=ch.first_offset, next_offset=ch.committed_next
+                    )
+                )
+            )
+            err = await self._deliver(
+                ch, term, position, filters, header.options.batched, closer, context, consumer_id
+            )
+            if err is not None:
+                await _abort(context, err)
+            else:
+                await context.write(pb.ConsumeResponse(close=pb.CloseConsumerResponse()))
+        finally:
+            closer.cancel()
+            ch.consumers -= 1
+            ch.consumer_positions.pop(consumer_id, None)
+            self.wal.metrics.active_consumers.labels(ch.name).dec()
+
+    @staticmethod
+    async def _await_close(request_iterator) -> StreamingError | None:
+        """Ends when the client asks to close (None) or sends garbage (the error)."""
+        async for req in request_iterator:
+            if isinstance(req, Malformed):
+                return InvalidArgument(req.reason)
+            if req.WhichOneof("request") == "close":
+                return None
+            return InvalidArgument("empty ConsumeRequest")
+        return None
+
+    async def _deliver(
+        self,
+        ch: Channel,
+        term: int,
+        position: int,
+        filters: delivery.Filters,
+        batched: bool,
+        closer: asyncio.Future,
+        context: aio.ServicerContext,
+        consumer_id: int,
+    ) -> StreamingError | None:
+        from streamwal.node.fencing import check_access
+
+        lag = self.wal.metrics.consumer_lag.labels(ch.name)
+        while True:
+            if closer.done():
+                return closer.result()
+            try:
+                check_access(ch.fence, ch.name, term)
+            except StreamingError as err:
+                return err
+            if not self.serving:
+                return OnShutdown("node is shutting down")
+            recs = self.wal.read(ch, position, READ_RECORDS)
+            if not recs:
+                waiter = asyncio.ensure_future(ch.wait_changed(1.0))
+                await asyncio.wait((waiter, closer), return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                continue
+            for base, value in recs:
+                try:
+                    rec = records.decode(value, f"{ch.name}@{base}")
+                except StreamingError as err:
+                    log.error("corrupt record", extra={"pchannel": ch.name, "offset": base})
+                    return err
+                piece = delivery.select(base, rec, position, filters)
+                position = base + rec.count
+                if piece is None:
+                    continue
+                if batched:
+                    await context.write(delivery.batch_frame(piece, rec.term))
+                else:
+                    for frame in delivery.message_frames(piece, rec.term):
+                        await context.write(frame)
+            ch.consumer_positions[consumer_id] = position
+            lag.set(ch.committed_next - min(ch.consumer_positions.values()))
+
+
+class _ProduceStream:
+    """One Produce stream: reads requests, appends them, answers in completion order."""
+
+    def __init__(self, svc: NodeService, ch: Channel, term: int, requests, context) -> None:
+        self.svc = svc
+        self.ch = ch
+        self.term = term
+        self.requests = requests
+        self.context = context
+        self.out: asyncio.Queue = asyncio.Queue()
+        self.outstanding = 0
+        self.inflight_bytes = 0
+        self.space = asyncio.Event()
+
+    async def run(self) -> None:
+        reader = asyncio.ensure_future(self._read())
+        closing: StreamingError | bool | None = None  # True: close requested
+        try:
+            while True:
+                if closing is not None and self.outstanding == 0:
+                    break
+                item = await self.out.get()
+                if isinstance(item, pb.ProduceResponse):
+                    self.outstanding -= 1
+                    await self.context.write(item)
+                else:
+                    closing = item
+            if isinstance(closing, StreamingError):
+                await _abort(self.context, closing)
+            elif closing is True:
+                await self.context.write(pb.ProduceResponse(close=pb.CloseProducerResponse()))
+        finally:
+            reader.cancel()
+
+    async def _read(self) -> None:
+        try:
+            async for req in self.requests:
+                if isinstance(req, Malformed):
+                    self.out.put_nowait(InvalidArgument(req.reason))
+                    return
+                kind = req.WhichOneof("request")
+                if kind == "produce_batch":
+                    self._batch(req.produce_batch)
+                elif kind == "produce":
+                    self._single(req.produce)
+                elif kind == "close":
+                    self.out.put_nowait(True)
+                    return
+                else:
+                    self.out.put_nowait(InvalidArgument("empty ProduceRequest"))
+                    return
+                while self.inflight_bytes > self.svc.max_inflight:
+                    self.space.clear()
+                    await self.space.wait()
+            self.out.put_nowait(False)  # half-closed without a close request
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the transport broke; nothing more to answer
+            log.debug("producer stream ended", extra={"error": repr(exc)})
+            self.out.put_nowait(False)
+
+    def _submit(self, body: bytes, count: int, respond: Callable[[asyncio.Future], pb.ProduceResponse], fail: Callable[[StreamingError], pb.ProduceResponse]) -> None:
+        self.outstanding += 1
+        try:
+            future = self.svc.wal.append(self.ch, self.term, body, count)
+        except StreamingError as err:
+            self.out.put_nowait(fail(err))
+            return
+        size = len(body)
+        self.inflight_bytes += size
+
+        def done(f: asyncio.Future) -> None:
+            self.inflight_bytes -= size
+            self.space.set()
+            exc = f.exception()
+            if exc is None:
+                self.out.put_nowait(respond(f))
+            else:
+                err = exc if isinstance(exc, StreamingError) else Inner(str(exc))
+                self.out.put_nowait(fail(err))
+
+        future.add_done_callback(done)
+
+    def _batch(self, req: pb.ProduceBatchRequest) -> None:
+        rid = req.request_id
+
+        def fail(err: StreamingError) -> pb.ProduceResponse:
+            return pb.ProduceResponse(
+                produce_batch=pb.ProduceBatchResponse(request_id=rid, error=err.to_proto())
+            )
+
+        try:
+            count = self._check_batch(req.messages)
+        except StreamingError as err:
+            self.outstanding += 1
+            self.out.put_nowait(fail(err))
+            return
+
+        def respond(f: asyncio.Future) -> pb.ProduceResponse:
+            base, first_tick = f.result()
+            return pb.ProduceResponse(
+                produce_batch=pb.ProduceBatchResponse(
+                    request_id=rid,
+                    result=pb.ProduceBatchResult(
+                        first_id=pb.MessageID(id=encode_offset(base)),
+                        count=count,
+                        first_time_tick=first_tick,
+                    ),
+                )
+            )
+
+        self._submit(req.messages, count, respond, fail)
+
+    def _check_batch(self, body: bytes) -> int:
+        try:
+            batch = pb.MessageBatch.FromString(body)
+        except DecodeError as exc:
+            raise InvalidArgument(f"malformed MessageBatch: {exc}") from None
+        count = len(batch.messages)
+        if count == 0:
+            raise InvalidArgument("empty batch")
+        limit = self.svc.max_message_bytes
+        if len(body) > limit:  # only then can a single message be over the limit
+            for i, msg in enumerate(batch.messages):
+                size = msg.ByteSize()
+                if size > limit:
+                    raise InvalidArgument(
+                        f"message {i} of the batch is {size} bytes, over the {limit}-byte limit"
+                    )
+        return count
+
+    def _single(self, req: pb.ProduceMessageRequest) -> None:
+        rid = req.request_id
+
+        def fail(err: StreamingError) -> pb.ProduceResponse:
+            return pb.ProduceResponse(
+                produce=pb.ProduceMessageResponse(request_id=rid, error=err.to_proto())
+            )
+
+        size = req.message.ByteSize()
+        if size > self.svc.max_message_bytes:
+            self.outstanding += 1
+            self.out.put_nowait(
+                fail(
+                    InvalidArgument(
+                        f"message is {size} bytes, over the {self.svc.max_message_bytes}-byte limit"
+                    )
+                )
+            )
+            return
+
+        def respond(f: asyncio.Future) -> pb.ProduceResponse:
+            base, first_tick = f.result()
+            return pb.ProduceResponse(
+                produce=pb.ProduceMessageResponse(
+                    request_id=rid,
+                    result=pb.ProduceMessageResponseResult(
+                        id=pb.MessageID(id=encode_offset(base)), time_tick=first_tick
+                    ),
+                )
+            )
+
+        body = pb.MessageBatch(messages=[req.message]).SerializeToString()
+        self._submit(body, 1, respond, fail)

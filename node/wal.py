@@ -1,0 +1,302 @@
+"""The node's write-ahead log: pchannels over one LogStore, fenced by terms.
+
+Owns the per-pchannel state (channel.py), the group committer and two housekeeping
+tasks: idle time ticks (so time-tick consumers progress on quiet pchannels) and
+retention. All methods run on the event loop; RocksDB writes happen in a worker thread
+inside the group committer; reads are short and bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+from streamwal.errors import Inner, InvalidArgument, StreamingError
+from streamwal.message import PROP_TYPE, MsgType
+from streamwal.node import records
+from streamwal.node.channel import Channel
+from streamwal.node.config import NodeConfig
+from streamwal.node.group_commit import GroupCommitter
+from streamwal.node.fencing import AssignOutcome, check_access, decide_assign, decide_remove
+from streamwal.node.log_store import ChannelMeta, LogStore, log_key
+from streamwal.node.metrics import NodeMetrics
+from streamwal.node.retention import plan_cut
+from streamwal.proto import streaming_pb2 as pb
+
+log = logging.getLogger("streamwal.node.wal")
+
+MAX_NAME_BYTES = 200
+_TIME_TICK_BODY = pb.MessageBatch(
+    messages=[pb.Message(properties={PROP_TYPE: str(int(MsgType.TimeTick))})]
+).SerializeToString()
+
+
+@dataclass(slots=True)
+class _Append:
+    channel: Channel
+    base: int
+    first_tick: int
+    count: int
+    value: bytes
+    accepted_at: float
+    future: asyncio.Future
+
+
+@dataclass(slots=True)
+class _Truncate:
+    channel: Channel
+    keep_from: int
+    freed: int
+    future: asyncio.Future
+
+
+def validate_name(name: str) -> None:
+    raw = name.encode()
+    if not raw or len(raw) > MAX_NAME_BYTES or "\0" in name or not name.isprintable():
+        raise InvalidArgument(
+            f"invalid pchannel name {name!r}: 1..{MAX_NAME_BYTES} printable bytes, no NUL"
+        )
+
+
+class Wal:
+    def __init__(self, store: LogStore, config: NodeConfig, metrics: NodeMetrics) -> None:
+        self.store = store
+        self.config = config
+        self.metrics = metrics
+        self.channels: dict[str, Channel] = {}
+        self._committer = GroupCommitter(
+            store,
+            self._prepare,
+            self._committed,
+            self._failed,
+            metrics.fsync_latency.observe,
+        )
+        self._group_sizes: dict[str, tuple[Channel, int]] = {}
+        self._tasks: list[asyncio.Task] = []
+        self._closing = False
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Load every known pchannel: meta plus two seeks each, never a scan of the log."""
+        for name in self.store.channel_names():
+            meta = self.store.load_meta(name)
+            if meta is None:
+                continue
+            ch = Channel(name, meta, self.store.tail(name))
+            self.channels[name] = ch
+            self._publish_gauges(ch)
+
+    def start(self) -> None:
+        self._committer.start()
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._tick_idle_channels(), name="time-ticks"),
+            loop.create_task(self._retention_loop(), name="retention"),
+        ]
+
+    async def close(self) -> None:
+        self._closing = True
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._committer.close()
+        for ch in self.channels.values():
+            ch.notify()
+
+    # -- management --------------------------------------------------------------------
+
+    async def assign(self, name: str, term: int) -> AssignOutcome:
+        validate_name(name)
+        ch = self.channels.get(name)
+        outcome = decide_assign(ch.fence if ch else None, term)
+        if outcome is AssignOutcome.ALREADY:
+            return outcome
+        if ch is None:
+            meta = ChannelMeta(
+                retention_age_ms=self.config.default_retention_age_ms,
+                retention_bytes=self.config.default_retention_bytes,
+            )
+            ch = Channel(name, meta, self.store.tail(name))
+            self.channels[name] = ch
+        else:
+            await self._drain(ch)
+        meta = ChannelMeta(
+            term=term,
+            serving=True,
+            history=[*ch.meta.history, (term, ch.next_offset)],
+            retention_age_ms=ch.meta.retention_age_ms,
+            retention_bytes=ch.meta.retention_bytes,
+        )
+        await asyncio.get_running_loop().run_in_executor(None, self.store.save_meta, name, meta)
+        ch.meta = meta
+        ch.notify()  # consumers under the old term see the fence move
+        self._publish_gauges(ch)
+        log.info("assigned", extra={"pchannel": name, "term": term, "next_offset": ch.next_offset})
+        return outcome
+
+    async def remove(self, name: str, term: int) -> None:
+        ch = self.channels.get(name)
+        decide_remove(ch.fence if ch else None, name, term)
+        assert ch is not None
+        ch.meta = ChannelMeta(
+            term=ch.meta.term,
+            serving=False,
+            history=ch.meta.history,
+            retention_age_ms=ch.meta.retention_age_ms,
+            retention_bytes=ch.meta.retention_bytes,
+        )
+        ch.notify()
+        await self._drain(ch)
+        await asyncio.get_running_loop().run_in_executor(None, self.store.save_meta, name, ch.meta)
+        log.info("removed", extra={"pchannel": name, "term": ch.meta.term})
+
+    def access(self, name: str, term: int) -> Channel:
+        """The pchannel if a Produce/Consume under `term` may use it; raises otherwise."""
+        ch = self.channels.get(name)
+        check_access(ch.fence if ch else None, name, term)
+        assert ch is not None
+        return ch
+
+    async def _drain(self, ch: Channel) -> None:
+        """Wait until everything accepted for `ch` is durable (or failed)."""
+        while ch.committed_next < ch.next_offset and not self._closing:
+            await ch.wait_changed(0.05)
+
+    # -- append ------------------------------------------------------------------------
+
+    def append(self, ch: Channel, term: int, body: bytes, count: int) -> asyncio.Future:
+        """Accept `count` messages (a serialized MessageBatch); the future resolves to
+        (base offset, first tick) once they are durable. Raises if fenced."""
+        if self._closing:
+            raise Inner("node is shutting down")
+        check_access(ch.fence, ch.name, term)
+        base = ch.next_offset
+        ch.next_offset = base + count
+        first_tick = ch.clock.allocate(count)
+        value = records.encode(term, first_tick, count, body)
+        future = asyncio.get_running_loop().create_future()
+        ch.last_append_ms = time.monotonic() * 1000
+        self._committer.submit(
+            _Append(ch, base, first_tick, count, value, time.perf_counter(), future)
+        )
+        return future
+
+    def _prepare(self, group: list, wb) -> None:
+        sizes: dict[str, tuple[Channel, int]] = {}
+        for item in group:
+            ch = item.channel
+            size = sizes[ch.name][1] if ch.name in sizes else ch.size_bytes
+            if isinstance(item, _Append):
+                self.store.put_record(wb, ch.name, item.base, item.value)
+                size += len(item.value)
+            else:
+                wb.delete_range(log_key(ch.name, 0), log_key(ch.name, item.keep_from))
+                size -= item.freed
+            sizes[ch.name] = (ch, size)
+        for name, (_, size) in sizes.items():
+            self.store.put_size(wb, name, size)
+        self._group_sizes = sizes
+
+    def _committed(self, group: list) -> None:
+        now = time.perf_counter()
+        touched: dict[str, Channel] = {}
+        m = self.metrics
+        for item in group:
+            ch = item.channel
+            touched[ch.name] = ch
+            if isinstance(item, _Append):
+                ch.committed(item.base, item.count, item.value)
+                m.appended_messages.labels(ch.name).inc(item.count)
+                m.appended_bytes.labels(ch.name).inc(len(item.value))
+                m.append_latency.observe(now - item.accepted_at)
+                if not item.future.done():
+                    item.future.set_result((item.base, item.first_tick))
+            else:
+                ch.first_offset = max(ch.first_offset, item.keep_from)
+                ch.drop_cache_before(item.keep_from)
+                if not item.future.done():
+                    item.future.set_result(None)
+        for name, (ch, size) in self._group_sizes.items():
+            ch.size_bytes = size
+        for ch in touched.values():
+            ch.notify()
+            self._publish_gauges(ch)
+
+    def _failed(self, group: list, exc: BaseException) -> None:
+        log.error("write failed", extra={"error": repr(exc), "items": len(group)})
+        err = Inner(f"storage write failed: {exc}")
+        touched: dict[str, Channel] = {}
+        for item in group:
+            touched[item.channel.name] = item.channel
+            if not item.future.done():
+                item.future.set_exception(err)
+        for ch in touched.values():
+            ch.rewind_uncommitted()
+            ch.notify()
+
+    def _publish_gauges(self, ch: Channel) -> None:
+        m = self.metrics
+        m.term.labels(ch.name).set(ch.term)
+        m.log_size.labels(ch.name).set(ch.size_bytes)
+        m.next_offset.labels(ch.name).set(ch.committed_next)
+
+    # -- reads -------------------------------------------------------------------------
+
+    def read(self, ch: Channel, offset: int, limit: int) -> list[tuple[int, bytes]]:
+        """Committed records from the one holding `offset`; empty when caught up."""
+        if offset >= ch.committed_next:
+            return []
+        cached = ch.cached_from(offset, limit)
+        if cached is not None:
+            return cached
+        out = self.store.records_from(ch.name, offset, limit)
+        # Records past committed_next may be written but not yet acknowledged.
+        return [(b, v) for b, v in out if b < ch.committed_next]
+
+    # -- housekeeping ------------------------------------------------------------------
+
+    async def _tick_idle_channels(self) -> None:
+        interval = self.config.time_tick_interval_s
+        while True:
+            await asyncio.sleep(interval / 2)
+            now = time.monotonic() * 1000
+            for ch in list(self.channels.values()):
+                if ch.meta.serving and now - ch.last_append_ms >= interval * 1000:
+                    try:
+                        self.append(ch, ch.term, _TIME_TICK_BODY, 1)
+                    except StreamingError:
+                        continue
+
+    async def _retention_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.config.retention_check_interval_s)
+            for ch in list(self.channels.values()):
+                await self.apply_retention(ch, loop)
+
+    async def apply_retention(self, ch: Channel, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        meta = ch.meta
+        if not (meta.retention_age_ms or meta.retention_bytes):
+            return
+        loop = loop or asyncio.get_running_loop()
+        size = ch.size_bytes
+        plan = await loop.run_in_executor(
+            None,
+            lambda: plan_cut(
+                self.store.iter_headers(ch.name),
+                now_ms=time.time_ns() // 1_000_000,
+                total_bytes=size,
+                max_age_ms=meta.retention_age_ms,
+                max_bytes=meta.retention_bytes,
+            ),
+        )
+        if plan is None:
+            return
+        keep_from, freed = plan
+        future = loop.create_future()
+        self._committer.submit(_Truncate(ch, keep_from, freed, future))
+        await future
+        log.info("retention", extra={"pchannel": ch.name, "first_offset": keep_from, "freed": freed})
