@@ -1,2 +1,15 @@
+"""`streamwal bench`: benchmarks that print JSON (never timed tests)."""
+
 import click
-bench = click.Group("bench")
+
+from streamwal.bench.compare import compare
+from streamwal.bench.node import node
+
+
+@click.group("bench")
+def bench() -> None:
+    """Benchmarks; each prints progress on stderr and one JSON object last on stdout."""
+
+
+bench.add_command(node)
+bench.add_command(compare)

@@ -20,9 +20,10 @@ def main() -> None:
 def _register() -> None:
     from streamwal.bench.cli import bench
     from streamwal.client.cli import consume, produce
+    from streamwal.coord.cli import channel, coord
     from streamwal.node.cli import node
 
-    for command in (node, produce, consume, bench):
+    for command in (node, produce, consume, bench, coord, channel):
         main.add_command(command)
 
 

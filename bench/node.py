@@ -1,0 +1,158 @@
+"""`streamwal bench node`: one node, one client, the numbers issue 2 sets targets for.
+
+It starts a real node process, then measures: acknowledged produce throughput of one
+pipelined client (128-byte payloads by default), one-at-a-time produce latency, catch-up
+consume throughput from the start of the log, and the time a killed node with a large
+log on disk needs to serve again (spawn -> produce acknowledged -> message consumed).
+Progress goes to stderr; the last stdout line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import click
+
+from streamwal.client import encoding
+from streamwal.client.node_client import NodeClient
+from streamwal.client.policy import DeliverPolicy
+from streamwal.message import MsgType
+from streamwal.node.local import LocalNode
+
+PCHANNEL = "bench-0"
+
+
+def _percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def fill(producer, total: int, size: int, batch: int, in_flight: int, progress=None) -> float:
+    """Append `total` payloads of `size` bytes, `in_flight` batches at once; returns seconds.
+
+    Every message is encoded individually, as an application's would be.
+    """
+    payload = b"\x5a" * size
+    started = time.perf_counter()
+    pending: set[asyncio.Future] = set()
+    sent = 0
+    while sent < total:
+        n = min(batch, total - sent)
+        entries = [encoding.encode_entry(payload) for _ in range(n)]
+        pending.add(asyncio.ensure_future(producer.send_batch(entries)))
+        sent += n
+        if len(pending) >= in_flight:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for f in done:
+                f.result()
+            if progress:
+                progress.update(sent - progress.n)
+    for f in asyncio.as_completed(pending):
+        await f
+    if progress:
+        progress.update(sent - progress.n)
+    return time.perf_counter() - started
+
+
+async def consume_all(nc: NodeClient, term: int, upto: int) -> tuple[int, float]:
+    """Read from the start until offset `upto`; (data messages, seconds)."""
+    consumer = await nc.consumer(PCHANNEL, term, DeliverPolicy.all())
+    started = time.perf_counter()
+    count = 0
+    tick_type = int(MsgType.TimeTick)
+    try:
+        while True:
+            batch = await consumer.next_batch()
+            if batch is None:
+                break
+            for m in batch:
+                if m.msg_type != tick_type:
+                    count += len(m.payload) > 0
+            if batch[-1].offset >= upto - 1:
+                break
+    finally:
+        await consumer.close()
+    return count, time.perf_counter() - started
+
+
+async def run(quick: bool, size: int, messages: int, restart_messages: int, workdir: Path) -> dict:
+    from tqdm import tqdm
+
+    node = LocalNode(workdir / "node", extra_args=("--log-level", "warning")).start()
+    result: dict = {"payload_bytes": size, "durability": "sync (fsync per group commit)"}
+    try:
+        async with NodeClient(node.address) as nc:
+            await nc.assign(PCHANNEL, 1)
+            producer = await nc.producer(PCHANNEL, 1)
+            # warm-up: connections, code paths, RocksDB memtable
+            await fill(producer, 20_000, size, 1000, 8)
+
+            with tqdm(total=messages, desc="produce", unit="msg", file=sys.stderr) as bar:
+                secs = await fill(producer, messages, size, 1000, 8, bar)
+            result["produce_msgs"] = messages
+            result["produce_msgs_per_s"] = round(messages / secs)
+            result["produce_mb_per_s"] = round(messages * size / secs / 1e6, 1)
+
+            lat = []
+            payload = b"\x5a" * size
+            for _ in tqdm(range(2000 if quick else 20000), desc="latency", file=sys.stderr):
+                t = time.perf_counter()
+                await producer.send(payload)
+                lat.append((time.perf_counter() - t) * 1000)
+            result["produce_p50_ms"] = round(statistics.median(lat), 3)
+            result["produce_p99_ms"] = round(_percentile(lat, 0.99), 3)
+            result["produce_p999_ms"] = round(_percentile(lat, 0.999), 3)
+
+            status = await nc.collect_status()
+            end = status.channels[0].next_offset
+            count, secs = await consume_all(nc, 1, end)
+            result["consume_msgs"] = count
+            result["consume_msgs_per_s"] = round(count / secs)
+
+            have = end
+            if restart_messages > have:
+                with tqdm(total=restart_messages - have, desc="fill for restart", unit="msg", file=sys.stderr) as bar:
+                    await fill(producer, restart_messages - have, size, 1000, 8, bar)
+            await producer.close()
+            status = await nc.collect_status()
+            result["restart_messages_on_disk"] = status.channels[0].next_offset
+    finally:
+        node.kill()
+
+    started = time.perf_counter()
+    node.start()
+    try:
+        async with NodeClient(node.address) as nc:
+            await nc.assign(PCHANNEL, 1)  # idempotent: same term
+            producer = await nc.producer(PCHANNEL, 1)
+            r = await producer.send(b"after-restart")
+            consumer = await nc.consumer(PCHANNEL, 1, DeliverPolicy.start_from(r.offset))
+            first = await consumer.__anext__()
+            assert first.payload == b"after-restart"
+            result["restart_s"] = round(time.perf_counter() - started, 3)
+            await consumer.close()
+            await producer.close()
+    finally:
+        node.kill()
+    return result
+
+
+@click.command("node")
+@click.option("--quick", is_flag=True, help="A short run (< 30 s) for smoke checks.")
+@click.option("--size", default=128, show_default=True, help="Payload bytes.")
+@click.option("--messages", default=None, type=int, help="Messages for the produce run.")
+@click.option("--restart-messages", default=None, type=int, help="Messages on disk before the restart.")
+@click.option("--workdir", default=None, type=click.Path(file_okay=False), help="Where the node keeps data (default: a temp dir).")
+def node(quick: bool, size: int, messages: int | None, restart_messages: int | None, workdir: str | None) -> None:
+    """Benchmark one node: produce throughput and latency, consume, restart time."""
+    messages = messages or (300_000 if quick else 2_000_000)
+    restart_messages = restart_messages or (1_000_000 if quick else 10_000_000)
+    with tempfile.TemporaryDirectory(prefix="streamwal-bench-", dir=workdir) as tmp:
+        result = asyncio.run(run(quick, size, messages, restart_messages, Path(tmp)))
+    click.echo(json.dumps(result))

@@ -1,0 +1,117 @@
+"""Run a streaming node as a local child process: tests, benchmarks and the demo use it.
+
+The node listens on port 0 and logs its bound port in the "node serving" line, so there
+is no race for a free port; its log goes to a file so a chatty node never blocks on a
+full pipe, and the file is what a failing test shows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+class LocalNode:
+    def __init__(
+        self,
+        data_dir: str | Path,
+        node_id: int = 1,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        extra_args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.extra_args = extra_args
+        self.env = env
+        self.log_path = self.data_dir.parent / f"{self.data_dir.name}.log"
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> LocalNode:
+        """Spawn the node and return once it serves (its gRPC port is bound)."""
+        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        argv = [
+            sys.executable, "-m", "streamwal", "node",
+            "--listen", f"{self.host}:{self.port}",
+            "--data-dir", str(self.data_dir),
+            "--node-id", str(self.node_id),
+            *self.extra_args,
+        ]  # fmt: skip
+        with open(self.log_path, "ab") as log:
+            offset = log.tell()
+            self.proc = subprocess.Popen(
+                argv,
+                stdout=log,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **(self.env or {})},
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            port = self._serving_port(offset)
+            if port:
+                self.port = port
+                return self
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"node {self.node_id} exited at start:\n{self.log_tail()}")
+            time.sleep(0.01)
+        self.kill()
+        raise TimeoutError(f"node {self.node_id} did not serve within {timeout}s:\n{self.log_tail()}")
+
+    def _serving_port(self, offset: int) -> int | None:
+        with open(self.log_path, "rb") as f:
+            f.seek(offset)
+            for line in f:
+                if b'"node serving"' in line:
+                    return json.loads(line)["port"]
+        return None
+
+    def log_tail(self, chars: int = 4000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def kill(self) -> None:
+        """SIGKILL: the crash every durability promise is tested against."""
+        self._signal(signal.SIGKILL)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM and wait (SIGKILL after `timeout`)."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def pause(self) -> None:
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._signal(signal.SIGCONT)
+
+    def _signal(self, sig: int) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            if sig == signal.SIGKILL:
+                self.proc.wait()
+
+    def __enter__(self) -> LocalNode:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.kill()
