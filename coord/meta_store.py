@@ -26,9 +26,8 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from streamwal.proto import coord_pb2 as cpb
-
 from streamwal.errors import InvalidArgument, StreamingError
+from streamwal.proto import coord_pb2 as cpb
 
 _MAGIC = b"SWM1"
 _HEADER = struct.Struct(">4sQI")

@@ -1,0 +1,175 @@
+"""`streamwal coord` (run the coord) and `streamwal channel create|destroy|describe`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+import click
+from google.protobuf.json_format import MessageToDict
+from streamwal import logs
+
+
+@click.command("coord")
+@click.option("--listen", default="127.0.0.1:19500", show_default=True, help="gRPC HOST:PORT.")
+@click.option(
+    "--meta-dir", required=True, type=click.Path(file_okay=False), help="Meta store folder."
+)
+@click.option("--nodes", required=True, help="Streaming nodes: ID=HOST:PORT[,...].")
+@click.option("--metrics", default=None, help="Serve Prometheus metrics on HOST:PORT.")
+@click.option(
+    "--probe-interval",
+    default=0.5,
+    show_default=True,
+    type=float,
+    help="Seconds between probes of a node.",
+)
+@click.option(
+    "--grace",
+    default=1.5,
+    show_default=True,
+    type=float,
+    help="Seconds without an answer before a node is lost.",
+)
+@click.option(
+    "--max-moves",
+    default=1,
+    show_default=True,
+    type=int,
+    help="Rebalance: pchannels moved per round at most.",
+)
+@click.option(
+    "--tolerance",
+    default=1,
+    show_default=True,
+    type=int,
+    help="Rebalance only when loads differ by more than this.",
+)
+@click.option(
+    "--rebalance-interval",
+    default=30.0,
+    show_default=True,
+    type=float,
+    help="Seconds between rebalance rounds.",
+)
+@click.option("--log-level", default="info", show_default=True)
+def coord(
+    listen: str,
+    meta_dir: str,
+    nodes: str,
+    metrics: str | None,
+    probe_interval: float,
+    grace: float,
+    max_moves: int,
+    tolerance: int,
+    rebalance_interval: float,
+    log_level: str,
+) -> None:
+    """Run the coord: assigns pchannels to nodes, fails them over, tells clients."""
+    from streamwal.coord.coordinator import CoordConfig
+    from streamwal.coord.server import parse_nodes, serve
+    from streamwal.errors import StreamingError
+
+    logs.configure(log_level)
+    try:
+        config = CoordConfig(
+            nodes=parse_nodes(nodes),
+            probe_interval=probe_interval,
+            grace=grace,
+            max_moves_per_round=max_moves,
+            tolerance=tolerance,
+            rebalance_interval=rebalance_interval,
+        )
+        asyncio.run(serve(listen, meta_dir, config, metrics))
+    except StreamingError as err:
+        raise click.ClickException(str(err)) from None
+
+
+@click.group("channel")
+def channel() -> None:
+    """Manage pchannels through the coord."""
+
+
+_COORD = click.option(
+    "--coord", "address", default="127.0.0.1:19500", show_default=True, help="Coord gRPC HOST:PORT."
+)
+
+
+def _call(address: str, method: str, request):
+    from grpc import aio
+    from streamwal import transport
+    from streamwal.grpc_errors import from_trailing
+    from streamwal.proto import coord_pb2_grpc as cpbg
+
+    async def go():
+        async with transport.make_channel(address) as ch:
+            stub = cpbg.StreamingCoordChannelServiceStub(ch)
+            try:
+                return await getattr(stub, method)(request, timeout=30)
+            except aio.AioRpcError as err:
+                typed = from_trailing(err.trailing_metadata())
+                raise click.ClickException(str(typed) if typed else err.details()) from None
+
+    return asyncio.run(go())
+
+
+@channel.command("create")
+@_COORD
+@click.option("--count", default=1, show_default=True, type=int, help="How many pchannels.")
+@click.option("--prefix", default="", help="Names are PREFIX_N (default pchannel_N).")
+@click.option("--role", default="cli", show_default=True, help="Owner role.")
+@click.option("--description", default="", help="Owner description text.")
+def create(address: str, count: int, prefix: str, role: str, description: str) -> None:
+    """Create pchannels; prints their names, one per line."""
+    from streamwal.proto import coord_pb2 as cpb
+
+    owner = cpb.OwnerDescription(role=role, description_text=description)
+    request = cpb.CreateChannelsRequest(owner=owner, num_channels=count, prefix=prefix)
+    for name in _call(address, "CreateChannels", request).channel_names:
+        click.echo(name)
+
+
+@channel.command("destroy")
+@_COORD
+@click.argument("names", nargs=-1, required=True)
+def destroy(address: str, names: tuple[str, ...]) -> None:
+    """Destroy pchannels (their names are never reused)."""
+    from streamwal.proto import coord_pb2 as cpb
+
+    _call(address, "DestroyChannels", cpb.DestroyChannelsRequest(channel_names=list(names)))
+
+
+@channel.command("describe")
+@_COORD
+@click.argument("names", nargs=-1)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per channel.")
+def describe(address: str, names: tuple[str, ...], as_json: bool) -> None:
+    """Show pchannels (all when no name is given): state, term, node, owner."""
+    from streamwal.proto import coord_pb2 as cpb
+    from streamwal.proto import streaming_pb2 as pb
+
+    response = _call(
+        address, "DescribeChannels", cpb.DescribeChannelsRequest(channel_names=list(names))
+    )
+    if as_json:
+        for d in response.descriptions:
+            click.echo(json.dumps(MessageToDict(d, preserving_proto_field_name=True)))
+        return
+    rows = [("PCHANNEL", "STATE", "TERM", "NODE", "ADDRESS", "OWNER")]
+    for d in response.descriptions:
+        state = pb.PChannelMetaState.Name(d.meta.state).removeprefix("PCHANNEL_META_STATE_")
+        rows.append(
+            (
+                d.channel_name,
+                state,
+                str(d.meta.channel.term),
+                str(d.meta.node.server_id) if d.meta.HasField("node") else "-",
+                d.meta.node.address or "-",
+                d.owner.role or "-",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    sys.stdout.flush()

@@ -1,0 +1,554 @@
+"""The coord's driver: runs the pure state machine and balancer against nodes and a store.
+
+Two loops, both bounded in time:
+
+- the probe loop calls CollectStatus on every node each `probe_interval` (deadline: the
+  interval) and feeds the LivenessTracker; node joins and losses wake the reconciler;
+- the reconcile loop (woken by probes, user requests and a 1 s timer) resumes ASSIGNING
+  pchannels, places new ones, fails over those of lost nodes, removes channels a node
+  serves but must not (stale terms, destroyed channels), and rebalances at most
+  `max_moves_per_round` pchannels when a node joins, a drain changes, or the rebalance
+  timer fires.
+
+All decisions come from `state_machine` and `balancer`; this module only sequences I/O.
+Every meta change goes through `_persist`, which writes the meta store first and only then
+updates the in-memory view that AssignmentDiscover publishes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass, field
+
+from streamwal.coord import balancer
+from streamwal.coord import state_machine as sm
+from streamwal.coord.discovery import AssignmentHub
+from streamwal.coord.liveness import Liveness, LivenessTracker
+from streamwal.coord.meta_store import MetaStore, Stored, check_name
+from streamwal.coord.metrics import CoordMetrics
+from streamwal.coord.node_link import NodeLinks
+from streamwal.errors import ChannelNotExist, InvalidArgument, StreamingError
+from streamwal.proto import coord_pb2 as cpb
+from streamwal.proto import streaming_pb2 as pb
+
+log = logging.getLogger("streamwal.coord")
+
+MAX_CREATE = 1024
+CRASH_ENV = "STREAMWAL_COORD_CRASH_AT"
+
+
+@dataclass
+class CoordConfig:
+    """How the coord watches nodes and moves channels."""
+
+    nodes: dict[int, str]
+    probe_interval: float = 0.5
+    grace: float = 1.5
+    max_moves_per_round: int = 1
+    tolerance: int = 1
+    rebalance_interval: float = 30.0
+    assign_timeout: float = 5.0
+    remove_timeout: float = 1.0
+    # Test-only crash injection: SIGKILL self right after this step (see Step values).
+    crash_at: str | None = field(default_factory=lambda: os.environ.get(CRASH_ENV) or None)
+
+
+class Coordinator:
+    """Owns the pchannel metas of one meta store; exactly one runs per store."""
+
+    def __init__(
+        self,
+        store: MetaStore,
+        config: CoordConfig,
+        links: NodeLinks | None = None,
+        metrics: CoordMetrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.links = links or NodeLinks()
+        self.metrics = metrics or CoordMetrics()
+        self.clock = clock
+        self.tracker = LivenessTracker(config.probe_interval, config.grace)
+        self.hub = AssignmentHub(0)
+        self._records: dict[str, Stored] = {}
+        self._cluster = cpb.ClusterRecord()
+        self._cluster_version: str | None = None
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._status: dict[int, tuple[float, list[pb.PChannelInfo]]] = {}
+        self._assigned_at: dict[str, float] = {}
+        self._lost_at: dict[int, float] = {}
+        self._failed_target: dict[str, int] = {}
+        self._recheck: set[str] = set()
+        self._rebalance_due = True
+        self._next_rebalance = 0.0
+        self._wake = asyncio.Event()
+        self._first_probe = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+
+    # ----------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        """Load the store, take a new incarnation, and start probing and reconciling."""
+        cluster, version = await self.store.get_cluster()
+        cluster.incarnation += 1
+        self._cluster_version = await self.store.put_cluster(cluster, version)
+        self._cluster = cluster
+        self.hub = AssignmentHub(cluster.incarnation)
+        self._records = {s.name: s for s in await self.store.list_channels()}
+        for name, stored in self._records.items():
+            self.metrics.set_channel(None if stored.record.destroyed else stored.record.meta, name)
+        self.hub.update(self._metas().values())
+        now = self.clock()
+        for node in self.config.nodes:
+            self.tracker.track(node, now)
+        self._next_rebalance = now + self.config.rebalance_interval
+        log.info(
+            "coord started",
+            extra={
+                "incarnation": cluster.incarnation,
+                "channels": len(self._metas()),
+                "nodes": self.config.nodes,
+            },
+        )
+        self._tasks = [
+            asyncio.create_task(self._probe_loop(), name="coord-probe"),
+            asyncio.create_task(self._reconcile_loop(), name="coord-reconcile"),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        self.hub.close_all()
+        await self.links.close()
+
+    @property
+    def incarnation(self) -> int:
+        return self._cluster.incarnation
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    # ----------------------------------------------------------------- queries
+
+    def _metas(self) -> dict[str, pb.PChannelMeta]:
+        return {n: s.record.meta for n, s in self._records.items() if not s.record.destroyed}
+
+    def _node(self, server_id: int) -> sm.NodeRef:
+        return sm.NodeRef(server_id, self.config.nodes[server_id])
+
+    def drained(self) -> set[int]:
+        return set(self._cluster.drained_nodes)
+
+    def describe(self, names: list[str]) -> list[cpb.ChannelDescription]:
+        """Descriptions of `names` (all live channels when empty); unknown names raise."""
+        live = {n: s for n, s in self._records.items() if not s.record.destroyed}
+        wanted = names or sorted(live)
+        missing = [n for n in wanted if n not in live]
+        if missing:
+            raise ChannelNotExist(f"no such pchannel: {', '.join(missing)}")
+        return [
+            cpb.ChannelDescription(
+                channel_name=n, owner=live[n].record.owner, meta=live[n].record.meta
+            )
+            for n in wanted
+        ]
+
+    def nodes(self) -> list[cpb.NodeDescription]:
+        load = balancer.loads(
+            {n: m.node.server_id for n, m in self._metas().items() if m.state == sm.ASSIGNED},
+            self.config.nodes,
+        )
+        return [
+            cpb.NodeDescription(
+                node=self._node(n).to_proto(),
+                liveness=self.tracker.state(n).value,
+                drained=n in self.drained(),
+                channels=load.get(n, 0),
+            )
+            for n in sorted(self.config.nodes)
+        ]
+
+    # ----------------------------------------------------------------- user requests
+
+    async def create_channels(
+        self, owner: cpb.OwnerDescription, count: int, prefix: str = ""
+    ) -> list[str]:
+        """Persist `count` new UNINITIALIZED pchannels named <prefix>_<n>; names never repeat."""
+        if not 1 <= count <= MAX_CREATE:
+            raise InvalidArgument(f"num_channels must be in 1..{MAX_CREATE}, got {count}")
+        prefix = check_name(prefix or "pchannel")
+        head = prefix + "_"
+        used = {
+            int(n[len(head) :])
+            for n in self._records
+            if n.startswith(head) and n[len(head) :].isdigit()
+        }
+        names, index = [], 0
+        while len(names) < count:
+            if index not in used:
+                names.append(check_name(f"{prefix}_{index}"))
+            index += 1
+        now_ms = int(time.time() * 1000)
+        for name in names:
+            record = cpb.ChannelRecord(meta=sm.new_channel(name), owner=owner, created_at_ms=now_ms)
+            await self._persist(name, record)
+        log.info("channels created", extra={"channels": names, "role": owner.role})
+        self.wake()
+        return names
+
+    async def destroy_channels(self, names: list[str]) -> None:
+        """Tombstone the channels (persisted first), then remove them from their node."""
+        self.describe(names or ["<none>"])  # raises on unknown names
+        for name in names:
+            async with self._lock(name):
+                record = cpb.ChannelRecord()
+                record.CopyFrom(self._records[name].record)
+                record.destroyed = True
+                await self._persist(name, record)
+            node = sm.owner(record.meta)
+            if node is not None and node.server_id in self.config.nodes:
+                with suppress(StreamingError):
+                    await self.links.remove(
+                        node.address, name, record.meta.channel.term, self.config.remove_timeout
+                    )
+        log.info("channels destroyed", extra={"channels": names})
+        self.wake()
+
+    async def drain(self, server_id: int, undrain: bool = False) -> None:
+        if server_id not in self.config.nodes:
+            raise InvalidArgument(f"unknown node {server_id}")
+        drained = self.drained()
+        drained = drained - {server_id} if undrain else drained | {server_id}
+        record = cpb.ClusterRecord()
+        record.CopyFrom(self._cluster)
+        del record.drained_nodes[:]
+        record.drained_nodes.extend(sorted(drained))
+        self._cluster_version = await self.store.put_cluster(record, self._cluster_version)
+        self._cluster = record
+        log.info("node drain changed", extra={"node": server_id, "drained": not undrain})
+        self._rebalance_due = True
+        self.wake()
+
+    def report_error(self, info: pb.PChannelInfo, err: pb.StreamingError) -> None:
+        """A client hit an error on `info`: re-check that pchannel on the next round, now."""
+        meta = self._metas().get(info.name)
+        if meta is None or info.term < meta.channel.term:
+            return  # unknown, or the client's view is older than ours: it will get ours
+        log.info(
+            "assignment error reported",
+            extra={"pchannel": info.name, "term": info.term, "code": err.code},
+        )
+        self._recheck.add(info.name)
+        self.wake()
+
+    # ----------------------------------------------------------------- persistence
+
+    def _lock(self, name: str) -> asyncio.Lock:
+        return self._locks.setdefault(name, asyncio.Lock())
+
+    async def _persist(self, name: str, record: cpb.ChannelRecord) -> None:
+        """Write the store first; then update the view, metrics and the published versions."""
+        previous = self._records.get(name)
+        stored = await self.store.put_channel(record, previous.version if previous else None)
+        self._records[name] = stored
+        self.metrics.set_channel(None if record.destroyed else record.meta, name)
+        if self.hub.update(self._metas().values()):
+            self.metrics.assignment_changes.inc()
+
+    async def _persist_meta(self, name: str, meta: pb.PChannelMeta) -> None:
+        record = cpb.ChannelRecord()
+        record.CopyFrom(self._records[name].record)
+        record.meta.CopyFrom(meta)
+        await self._persist(name, record)
+
+    def _crash_point(self, step: sm.Step, name: str) -> None:
+        if self.config.crash_at == step.value:
+            log.warning("crash injected", extra={"step": step.value, "pchannel": name})
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    # ----------------------------------------------------------------- reassignment
+
+    async def _reassign(self, name: str, target: sm.NodeRef | None, reason: str) -> bool:
+        """Run one (re)assignment of `name` to `target` (None: resume the persisted one)."""
+        async with self._lock(name):
+            stored = self._records.get(name)
+            if stored is None or stored.record.destroyed:
+                return False
+            before = stored.record.meta
+            previous = sm.owner(before)
+            if target is not None:
+                meta = sm.begin_assignment(before, target)
+                await self._persist_meta(name, meta)
+                self._crash_point(sm.Step.PERSIST_ASSIGNING, name)
+            if not await self._drive(name):
+                return False
+            after = self._records[name].record.meta
+            self._failed_target.pop(name, None)
+            self.metrics.reassignments.labels(reason).inc()
+            fields = {
+                "pchannel": name,
+                "reason": reason,
+                "old_node": previous.server_id if previous else None,
+                "new_node": after.node.server_id,
+                "old_term": before.channel.term,
+                "new_term": after.channel.term,
+            }
+            lost_at = self._lost_at.get(previous.server_id) if previous else None
+            if reason == "failover" and lost_at is not None:
+                seconds = self.clock() - lost_at
+                self.metrics.failovers.inc()
+                self.metrics.failover_duration.observe(seconds)
+                fields["since_detection_s"] = round(seconds, 3)
+                log.info("failover done", extra=fields)
+            else:
+                log.info("pchannel assigned", extra=fields)
+            return True
+
+    async def _drive(self, name: str) -> bool:
+        """Execute the steps the persisted meta still needs; False if Assign failed."""
+        meta = self._records[name].record.meta
+        for action in sm.next_actions(meta):
+            if isinstance(action, sm.RemoveOld):
+                await self._remove_best_effort(action)
+            elif isinstance(action, sm.AssignNew):
+                try:
+                    await self.links.assign(
+                        action.node.address, name, action.term, self.config.assign_timeout
+                    )
+                except StreamingError as err:
+                    log.warning(
+                        "assign failed",
+                        extra={
+                            "pchannel": name,
+                            "node": action.node.server_id,
+                            "term": action.term,
+                            "error": str(err),
+                        },
+                    )
+                    self._failed_target[name] = action.node.server_id
+                    return False
+            else:
+                await self._persist_meta(name, action.meta)
+                self._assigned_at[name] = self.clock()
+            self._crash_point(action.step, name)
+        return True
+
+    async def _remove_best_effort(self, action: sm.RemoveOld) -> None:
+        """Remove on a previous owner; a lost node gets a short wait, errors are logged."""
+        lost = self.tracker.state(action.node.server_id) == Liveness.LOST
+        timeout = min(0.3, self.config.remove_timeout) if lost else self.config.remove_timeout
+        try:
+            await self.links.remove(action.node.address, action.name, action.term, timeout)
+        except StreamingError as err:
+            log.info(
+                "remove skipped",
+                extra={
+                    "pchannel": action.name,
+                    "node": action.node.server_id,
+                    "term": action.term,
+                    "error": str(err),
+                },
+            )
+
+    # ----------------------------------------------------------------- loops
+
+    async def _probe_loop(self) -> None:
+        tick = min(0.05, self.config.probe_interval / 4)
+        while True:
+            due = self.tracker.due(self.clock())
+            if due:
+                await asyncio.gather(*(self._probe(n) for n in due))
+                self._first_probe.set()
+            changes = self.tracker.tick(self.clock())
+            for change in changes:
+                self._on_transition(change.node, change.after)
+            self.metrics.nodes_live.set(len(self.tracker.live()))
+            await asyncio.sleep(tick)
+
+    async def _probe(self, node: int) -> None:
+        started = self.clock()
+        ok = False
+        try:
+            status = await self.links.collect_status(
+                self.config.nodes[node], timeout=self.config.probe_interval
+            )
+            if status.server_id and status.server_id != node:
+                log.error("node id mismatch", extra={"node": node, "reported": status.server_id})
+            else:
+                ok = True
+                self._status[node] = (started, [c.pchannel for c in status.channels])
+        except StreamingError:
+            pass
+        change = self.tracker.observe(node, ok, self.clock())
+        if change is not None:
+            self._on_transition(node, change.after)
+        if ok and self._status_needs_action(node):
+            self.wake()
+
+    def _on_transition(self, node: int, after: Liveness) -> None:
+        log.info("node liveness changed", extra={"node": node, "liveness": after.value})
+        if after == Liveness.LOST:
+            self._lost_at[node] = self.clock()
+            self._status.pop(node, None)
+        if after == Liveness.LIVE:
+            self._rebalance_due = True
+        self.wake()
+
+    def _status_needs_action(self, node: int) -> bool:
+        started, served = self._status[node]
+        metas = self._metas()
+        if sm.stale_channels(node, served, metas):
+            return True
+        return any(
+            self._assigned_at.get(n, 0.0) < started
+            for n in sm.missing_channels(node, served, metas)
+        )
+
+    async def _reconcile_loop(self) -> None:
+        # Wait for one round of probes so the first placement sees every node that is up.
+        with suppress(TimeoutError):
+            await asyncio.wait_for(self._first_probe.wait(), self.config.grace)
+        while True:
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=1.0)
+            self._wake.clear()
+            try:
+                await self.reconcile_once()
+            except Exception:
+                log.exception("reconcile round failed")
+                await asyncio.sleep(0.2)
+
+    async def reconcile_once(self) -> None:
+        """One round: recover, place, fail over, fence stale copies, then rebalance."""
+        now = self.clock()
+        alive, live, drained = self.tracker.alive(), self.tracker.live(), self.drained()
+        alive &= set(self.config.nodes)
+        metas = self._metas()
+        forced = await self._rechecks(metas, live) | self._missing(metas)
+
+        jobs: list[tuple[str, sm.NodeRef | None, str]] = []
+        need: dict[str, str] = {}
+        for name, meta in metas.items():
+            owner = sm.owner(meta)
+            owner_alive = owner is not None and owner.server_id in alive
+            if name in forced:
+                need[name] = "recheck"
+            elif meta.state == sm.ASSIGNING and owner_alive and name not in self._failed_target:
+                jobs.append((name, None, "resume"))
+            elif meta.state == sm.ASSIGNING or sm.needs_assignment(meta, alive):
+                need[name] = "placement" if meta.state == sm.UNINITIALIZED else "failover"
+
+        placement = {
+            n: m.node.server_id
+            for n, m in metas.items()
+            if n not in need
+            and m.state in (sm.ASSIGNED, sm.ASSIGNING)
+            and m.node.server_id in alive
+        }
+        for name in sorted(need):
+            failed = self._failed_target.get(name)
+            candidates = live - {failed} if live - {failed} else live
+            targets = balancer.place([name], placement, candidates, drained)
+            if name not in targets:
+                # Nowhere to go now; the channel waits (and says so) until a node is live.
+                await self._mark_unavailable_if_orphaned(name, alive)
+                continue
+            placement[name] = targets[name]
+            jobs.append((name, self._node(targets[name]), need[name]))
+        if jobs:
+            await asyncio.gather(*(self._reassign(n, t, r) for n, t, r in jobs))
+
+        await self._fence_stale()
+
+        if now >= self._next_rebalance:
+            self._rebalance_due = True
+            self._next_rebalance = now + self.config.rebalance_interval
+        if self._rebalance_due:
+            self._rebalance_due = False
+            await self._rebalance(live, drained)
+
+    async def _mark_unavailable_if_orphaned(self, name: str, alive: set[int]) -> None:
+        async with self._lock(name):
+            stored = self._records.get(name)
+            if stored is None or stored.record.destroyed:
+                return
+            meta = stored.record.meta
+            owner = sm.owner(meta)
+            if meta.state in (sm.ASSIGNED, sm.ASSIGNING) and (
+                owner is None or owner.server_id not in alive
+            ):
+                await self._persist_meta(name, sm.mark_unavailable(meta))
+                log.warning("pchannel unavailable: no live node", extra={"pchannel": name})
+
+    async def _rechecks(self, metas: dict[str, pb.PChannelMeta], live: set[int]) -> set[str]:
+        """Channels reported by clients whose owner does not serve them at their term now."""
+        names, self._recheck = self._recheck, set()
+        out: set[str] = set()
+        for name in sorted(names):
+            meta = metas.get(name)
+            if meta is None or meta.state != sm.ASSIGNED:
+                continue
+            try:
+                status = await self.links.collect_status(
+                    meta.node.address, timeout=self.config.probe_interval
+                )
+                served = {(c.pchannel.name, c.pchannel.term) for c in status.channels}
+                if (name, meta.channel.term) in served:
+                    continue
+            except StreamingError:
+                self._failed_target[name] = meta.node.server_id  # prefer another node
+            out.add(name)
+        return out
+
+    def _missing(self, metas: dict[str, pb.PChannelMeta]) -> set[str]:
+        """ASSIGNED channels whose live owner, probed after the assignment, does not serve them."""
+        out: set[str] = set()
+        for node, (started, served) in self._status.items():
+            for name in sm.missing_channels(node, served, metas):
+                if self._assigned_at.get(name, 0.0) < started:
+                    out.add(name)
+        return out
+
+    async def _fence_stale(self) -> None:
+        """Remove every (channel, term) a node serves without owning it at that term."""
+        metas = self._metas()
+        calls = []
+        for node, (started, served) in list(self._status.items()):
+            stale = sm.stale_channels(node, served, metas)
+            for info in stale:
+                calls.append(
+                    self._remove_best_effort(sm.RemoveOld(self._node(node), info.name, info.term))
+                )
+            # Fenced once per observation; the next probe shows whether it worked.
+            self._status[node] = (started, [i for i in served if i not in stale])
+        if calls:
+            log.info("fencing stale pchannels", extra={"count": len(calls)})
+            await asyncio.gather(*calls)
+
+    async def _rebalance(self, live: set[int], drained: set[int]) -> None:
+        placement = {
+            n: m.node.server_id
+            for n, m in self._metas().items()
+            if m.state == sm.ASSIGNED and m.node.server_id in live
+        }
+        moves = balancer.rebalance(
+            placement, live, drained, self.config.max_moves_per_round, self.config.tolerance
+        )
+        if moves:
+            log.info(
+                "rebalancing", extra={"moves": [(m.channel, m.source, m.target) for m in moves]}
+            )
+            await asyncio.gather(
+                *(self._reassign(m.channel, self._node(m.target), "rebalance") for m in moves)
+            )

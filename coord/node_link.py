@@ -1,0 +1,64 @@
+"""The coord's thin gRPC adapter to streaming nodes' manager service.
+
+One channel per node, built by `streamwal.transport`. Every call has a deadline so a dead
+or hung node can never stall the coord; failures come back as typed errors:
+`StreamingError` subclasses when the node answered with one (trailing metadata
+`streaming-error-bin`), `Unavailable` when it did not answer at all. (The client's
+NodeClient has no per-call deadlines, which the coord needs; hence these few stubs.)
+"""
+
+from __future__ import annotations
+
+import grpc
+from grpc import aio
+from streamwal import transport
+from streamwal.grpc_errors import from_rpc_error
+from streamwal.proto import streaming_pb2 as pb
+from streamwal.proto import streaming_pb2_grpc as pbg
+
+
+class NodeLinks:
+    """Manager-service stubs for every node the coord knows, created lazily."""
+
+    def __init__(self, config: transport.TransportConfig | None = None) -> None:
+        self._config = config
+        self._channels: dict[str, aio.Channel] = {}
+        self._stubs: dict[str, pbg.StreamingNodeManagerServiceStub] = {}
+
+    def _stub(self, address: str) -> pbg.StreamingNodeManagerServiceStub:
+        stub = self._stubs.get(address)
+        if stub is None:
+            channel = transport.make_channel(address, self._config)
+            self._channels[address] = channel
+            stub = self._stubs[address] = pbg.StreamingNodeManagerServiceStub(channel)
+        return stub
+
+    async def _call(self, address: str, method: str, request, timeout: float):
+        try:
+            return await getattr(self._stub(address), method)(request, timeout=timeout)
+        except grpc.RpcError as err:
+            raise from_rpc_error(err) from None
+
+    async def assign(self, address: str, name: str, term: int, timeout: float) -> None:
+        request = pb.StreamingNodeManagerAssignRequest(
+            pchannel=pb.PChannelInfo(name=name, term=term)
+        )
+        await self._call(address, "Assign", request, timeout)
+
+    async def remove(self, address: str, name: str, term: int, timeout: float) -> None:
+        request = pb.StreamingNodeManagerRemoveRequest(
+            pchannel=pb.PChannelInfo(name=name, term=term)
+        )
+        await self._call(address, "Remove", request, timeout)
+
+    async def collect_status(
+        self, address: str, timeout: float
+    ) -> pb.StreamingNodeManagerCollectStatusResponse:
+        request = pb.StreamingNodeManagerCollectStatusRequest()
+        return await self._call(address, "CollectStatus", request, timeout)
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close()
+        self._channels.clear()
+        self._stubs.clear()

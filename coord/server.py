@@ -1,0 +1,176 @@
+"""The coord's gRPC face: AssignmentDiscover, component state, and channel management.
+
+Servicers are thin: they translate requests into `Coordinator` calls and StreamingErrors
+into a gRPC status plus the serialized error in trailing metadata (`streaming-error-bin`),
+the same convention the nodes use, so one client-side decoder serves both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from contextlib import suppress
+
+from grpc import aio
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from prometheus_client import start_http_server
+from streamwal import transport
+from streamwal.coord.coordinator import CoordConfig, Coordinator
+from streamwal.coord.meta_store import LocalMetaStore
+from streamwal.errors import InvalidArgument, StreamingError
+from streamwal.grpc_errors import status_for, trailing
+from streamwal.proto import coord_pb2 as cpb
+from streamwal.proto import coord_pb2_grpc as cpbg
+from streamwal.proto import milvus_pb2 as mpb
+from streamwal.proto import streaming_pb2 as pb
+from streamwal.proto import streaming_pb2_grpc as pbg
+
+log = logging.getLogger("streamwal.coord.server")
+
+ROLE = "streamingcoord"
+
+
+async def _abort(context: aio.ServicerContext, err: StreamingError) -> None:
+    context.set_trailing_metadata(trailing(err))
+    await context.abort(status_for(err), str(err))
+
+
+class AssignmentService(pbg.StreamingCoordAssignmentServiceServicer):
+    """Pushes the full assignment at once and then on every change, in version order."""
+
+    def __init__(self, coord: Coordinator) -> None:
+        self.coord = coord
+
+    async def AssignmentDiscover(self, request_iterator, context):
+        queue = self.coord.hub.subscribe()
+        closed = asyncio.Event()
+
+        async def read_commands() -> None:
+            try:
+                async for request in request_iterator:
+                    kind = request.WhichOneof("command")
+                    if kind == "report_error":
+                        self.coord.report_error(
+                            request.report_error.pchannel, request.report_error.err
+                        )
+                    elif kind == "close":
+                        break
+            except (aio.AioRpcError, asyncio.CancelledError):
+                pass
+            finally:
+                closed.set()
+                queue.put_nowait(None)
+
+        reader = asyncio.create_task(read_commands())
+        try:
+            while True:
+                item = await queue.get()
+                if item is None:
+                    break
+                yield item
+            if closed.is_set():
+                yield pb.AssignmentDiscoverResponse(close=pb.CloseAssignmentDiscoverResponse())
+        finally:
+            self.coord.hub.unsubscribe(queue)
+            reader.cancel()
+            with suppress(asyncio.CancelledError):
+                await reader
+
+
+class StateService(pbg.StreamingCoordStateServiceServicer):
+    def __init__(self, coord: Coordinator) -> None:
+        self.coord = coord
+
+    async def GetComponentStates(self, request, context):
+        return mpb.ComponentStates(
+            state=mpb.ComponentInfo(
+                nodeID=self.coord.incarnation, role=ROLE, state_code=mpb.StateCode.Healthy
+            ),
+            status=mpb.Status(),
+        )
+
+
+class ChannelService(cpbg.StreamingCoordChannelServiceServicer):
+    """Seed 001's channel management, plus node draining."""
+
+    def __init__(self, coord: Coordinator) -> None:
+        self.coord = coord
+
+    async def _call(self, context, fn, *args):
+        try:
+            return await fn(*args)
+        except StreamingError as err:
+            await _abort(context, err)
+
+    async def CreateChannels(self, request, context):
+        names = await self._call(
+            context, self.coord.create_channels, request.owner, request.num_channels, request.prefix
+        )
+        return cpb.CreateChannelsResponse(channel_names=names)
+
+    async def DestroyChannels(self, request, context):
+        if not request.channel_names:
+            await _abort(context, InvalidArgument("no channel names given"))
+        await self._call(context, self.coord.destroy_channels, list(request.channel_names))
+        return cpb.DestroyChannelsResponse()
+
+    async def DescribeChannels(self, request, context):
+        async def describe():
+            return self.coord.describe(list(request.channel_names))
+
+        return cpb.DescribeChannelsResponse(descriptions=await self._call(context, describe))
+
+    async def DrainNode(self, request, context):
+        await self._call(context, self.coord.drain, request.server_id, request.undrain)
+        return cpb.DrainNodeResponse()
+
+    async def ListNodes(self, request, context):
+        return cpb.ListNodesResponse(nodes=self.coord.nodes())
+
+
+def parse_nodes(text: str) -> dict[int, str]:
+    """`ID=HOST:PORT[,...]` -> {id: address}; bad input raises InvalidArgument."""
+    nodes: dict[int, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        node_id, sep, address = part.partition("=")
+        if not sep or not node_id.strip().isdigit() or ":" not in address:
+            raise InvalidArgument(f"bad node {part!r}: expected ID=HOST:PORT")
+        if int(node_id) in nodes:
+            raise InvalidArgument(f"node id {node_id} given twice")
+        nodes[int(node_id)] = address.strip()
+    return nodes
+
+
+async def serve(
+    listen: str, meta_dir: str, config: CoordConfig, metrics_address: str | None = None
+) -> None:
+    """Run a coord until SIGTERM / SIGINT."""
+    store = LocalMetaStore(meta_dir)
+    coord = Coordinator(store, config)
+    await coord.start()
+    server = transport.make_server()
+    pbg.add_StreamingCoordAssignmentServiceServicer_to_server(AssignmentService(coord), server)
+    pbg.add_StreamingCoordStateServiceServicer_to_server(StateService(coord), server)
+    cpbg.add_StreamingCoordChannelServiceServicer_to_server(ChannelService(coord), server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    port = transport.bind(server, listen)
+    if metrics_address:
+        host, _, mport = metrics_address.rpartition(":")
+        start_http_server(int(mport), addr=host or "127.0.0.1", registry=coord.metrics.registry)
+    await server.start()
+    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    log.info("coord serving", extra={"listen": listen, "port": port, "meta_dir": meta_dir})
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("coord stopping")
+    await health_servicer.enter_graceful_shutdown()
+    coord.hub.close_all()
+    await server.stop(grace=1.0)
+    await coord.stop()
+    await store.close()
