@@ -1,7 +1,6 @@
 """`streamwal bench`: benchmarks that print JSON (never timed tests)."""
 
 import click
-
 from streamwal.bench.compare import compare
 from streamwal.bench.node import node
 

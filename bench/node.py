@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import click
-
 from streamwal.client import encoding
 from streamwal.client.node_client import NodeClient
 from streamwal.client.policy import DeliverPolicy
@@ -117,7 +116,12 @@ async def run(quick: bool, size: int, messages: int, restart_messages: int, work
 
             have = end
             if restart_messages > have:
-                with tqdm(total=restart_messages - have, desc="fill for restart", unit="msg", file=sys.stderr) as bar:
+                with tqdm(
+                    total=restart_messages - have,
+                    desc="fill for restart",
+                    unit="msg",
+                    file=sys.stderr,
+                ) as bar:
                     await fill(producer, restart_messages - have, size, 1000, 8, bar)
             await producer.close()
             status = await nc.collect_status()
@@ -147,9 +151,18 @@ async def run(quick: bool, size: int, messages: int, restart_messages: int, work
 @click.option("--quick", is_flag=True, help="A short run (< 30 s) for smoke checks.")
 @click.option("--size", default=128, show_default=True, help="Payload bytes.")
 @click.option("--messages", default=None, type=int, help="Messages for the produce run.")
-@click.option("--restart-messages", default=None, type=int, help="Messages on disk before the restart.")
-@click.option("--workdir", default=None, type=click.Path(file_okay=False), help="Where the node keeps data (default: a temp dir).")
-def node(quick: bool, size: int, messages: int | None, restart_messages: int | None, workdir: str | None) -> None:
+@click.option(
+    "--restart-messages", default=None, type=int, help="Messages on disk before the restart."
+)
+@click.option(
+    "--workdir",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="Where the node keeps data (default: a temp dir).",
+)
+def node(
+    quick: bool, size: int, messages: int | None, restart_messages: int | None, workdir: str | None
+) -> None:
     """Benchmark one node: produce throughput and latency, consume, restart time."""
     messages = messages or (300_000 if quick else 2_000_000)
     restart_messages = restart_messages or (1_000_000 if quick else 10_000_000)

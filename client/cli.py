@@ -8,7 +8,6 @@ import sys
 import time
 
 import click
-
 from streamwal.client.policy import DeliverFilter, DeliverPolicy
 
 
@@ -27,7 +26,9 @@ def _run(coro):
 @click.option("--term", type=int, required=True, help="Term the pchannel is assigned under.")
 @click.option("--assign", is_flag=True, help="Assign the pchannel to the node under --term first.")
 @click.option("--vchannel", default=None, help="Set `_vc` on every message.")
-@click.option("--count", type=int, default=None, help="Send COUNT synthetic messages instead of stdin lines.")
+@click.option(
+    "--count", type=int, default=None, help="Send COUNT synthetic messages instead of stdin lines."
+)
 @click.option("--size", type=int, default=128, show_default=True, help="Synthetic payload bytes.")
 @click.option("--batch", type=int, default=1000, show_default=True, help="Messages per batch.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
@@ -40,10 +41,9 @@ def produce(node, pchannel, term, assign, vchannel, count, size, batch, progress
 
 
 async def _produce(node, pchannel, term, assign, vchannel, count, size, batch, progress) -> None:
-    from tqdm import tqdm
-
     from streamwal.client.node_client import NodeClient
     from streamwal.errors import StreamingError
+    from tqdm import tqdm
 
     async with NodeClient(node) as nc:
         try:
@@ -115,13 +115,30 @@ async def _produce(node, pchannel, term, assign, vchannel, count, size, batch, p
 @click.option("--node", required=True, help="Node gRPC HOST:PORT.")
 @click.option("--pchannel", required=True)
 @click.option("--term", type=int, required=True)
-@click.option("--from", "start", default="all", show_default=True, help="all, latest, or an offset to start from.")
+@click.option(
+    "--from",
+    "start",
+    default="all",
+    show_default=True,
+    help="all, latest, or an offset to start from.",
+)
 @click.option("--after", type=int, default=None, help="Start after this offset.")
 @click.option("--vchannel", default=None, help="Only this vchannel (and time ticks).")
-@click.option("--tick-gt", type=int, default=None, help="Only messages with a time tick above this.")
-@click.option("--count", type=int, default=None, help="Stop after COUNT messages (default: follow forever).")
-@click.option("--time-ticks/--no-time-ticks", default=False, show_default=True, help="Print TimeTick messages.")
-@click.option("--format", "fmt", type=click.Choice(["json", "raw"]), default="json", show_default=True)
+@click.option(
+    "--tick-gt", type=int, default=None, help="Only messages with a time tick above this."
+)
+@click.option(
+    "--count", type=int, default=None, help="Stop after COUNT messages (default: follow forever)."
+)
+@click.option(
+    "--time-ticks/--no-time-ticks",
+    default=False,
+    show_default=True,
+    help="Print TimeTick messages.",
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(["json", "raw"]), default="json", show_default=True
+)
 def consume(node, pchannel, term, start, after, vchannel, tick_gt, count, time_ticks, fmt) -> None:
     """Read messages and print one per line (JSON with offset, tick, properties, payload)."""
     if after is not None:

@@ -15,14 +15,14 @@ from dataclasses import dataclass
 
 import grpc
 from grpc import aio
-
 from streamwal.client import encoding
 from streamwal.client.policy import DeliverPolicy
 from streamwal.errors import InvalidRequestSeq, StreamingError, Unavailable
 from streamwal.grpc_errors import from_rpc_error
 from streamwal.ids import decode_offset
 from streamwal.message import DEFAULT_MSG_TYPE, PROP_TERM, PROP_TIME_TICK, PROP_TYPE, PROP_VCHANNEL
-from streamwal.proto import milvus_pb2, streaming_pb2 as pb
+from streamwal.proto import milvus_pb2
+from streamwal.proto import streaming_pb2 as pb
 from streamwal.transport import TransportConfig, make_channel
 
 _HANDLER = "/milvus.proto.streaming.StreamingNodeHandlerService/"
@@ -103,12 +103,27 @@ class NodeClient:
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
 
-    async def assign(self, pchannel: str, term: int) -> None:
-        req = pb.StreamingNodeManagerAssignRequest(pchannel=pb.PChannelInfo(name=pchannel, term=term))
+    async def assign(
+        self,
+        pchannel: str,
+        term: int,
+        *,
+        retention_age_ms: int | None = None,
+        retention_bytes: int | None = None,
+    ) -> None:
+        """Make the node serve `pchannel` under `term`; a retention bound replaces its policy."""
+        req = pb.StreamingNodeManagerAssignRequest(
+            pchannel=pb.PChannelInfo(name=pchannel, term=term)
+        )
+        if retention_age_ms is not None or retention_bytes is not None:
+            req.retention.max_age_ms = retention_age_ms or 0
+            req.retention.max_bytes = retention_bytes or 0
         await self._unary(_MANAGER + "Assign", req, pb.StreamingNodeManagerAssignResponse)
 
     async def remove(self, pchannel: str, term: int) -> None:
-        req = pb.StreamingNodeManagerRemoveRequest(pchannel=pb.PChannelInfo(name=pchannel, term=term))
+        req = pb.StreamingNodeManagerRemoveRequest(
+            pchannel=pb.PChannelInfo(name=pchannel, term=term)
+        )
         await self._unary(_MANAGER + "Remove", req, pb.StreamingNodeManagerRemoveResponse)
 
     async def collect_status(self) -> pb.StreamingNodeManagerCollectStatusResponse:
@@ -183,7 +198,9 @@ class Producer:
         self.producer_id = 0
 
     async def open(self) -> None:
-        header = pb.CreateProducerRequest(pchannel=pb.PChannelInfo(name=self.pchannel, term=self.term))
+        header = pb.CreateProducerRequest(
+            pchannel=pb.PChannelInfo(name=self.pchannel, term=self.term)
+        )
         method = self._channel.stream_stream(
             _HANDLER + "Produce",
             request_serializer=lambda raw: raw,
@@ -230,7 +247,11 @@ class Producer:
         self._raise_if_failed()
         entry = encoding.encode_entry(payload, self._props(vchannel, msg_type, properties))
         batch = self._open_batch
-        if batch is None or batch.size + len(entry) > self._max_bytes or batch.count >= self._max_messages:
+        if (
+            batch is None
+            or batch.size + len(entry) > self._max_bytes
+            or batch.count >= self._max_messages
+        ):
             batch = self._open_batch = _Batch()
             self._queue.put_nowait(batch)
         index = batch.count
@@ -261,7 +282,7 @@ class Producer:
         return [AppendResult(base + i, tick + i) for i in range(batch.count)]
 
     async def send_batch(self, entries: list[bytes]) -> tuple[int, int]:
-        """Append pre-encoded entries (encoding.encode_entry) atomically: (first offset, first tick)."""
+        """Append entries made by encoding.encode_entry atomically: (first offset, first tick)."""
         self._raise_if_failed()
         batch = _Batch()
         batch.entries = entries
@@ -286,7 +307,9 @@ class Producer:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            self._fail(from_rpc_error(exc) if isinstance(exc, grpc.RpcError) else Unavailable(str(exc)))
+            self._fail(
+                from_rpc_error(exc) if isinstance(exc, grpc.RpcError) else Unavailable(str(exc))
+            )
 
     async def _read(self) -> None:
         try:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import click
-
 from streamwal import __version__
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "STREAMWAL"})
+@click.group(
+    context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "STREAMWAL"}
+)
 @click.version_option(__version__, prog_name="streamwal")
 def main() -> None:
     """streamwal: a write-ahead log of physical channels for streaming systems.

@@ -1,4 +1,4 @@
-"""Human units on the command line and in resources: sizes (4MiB, 10GB) and durations (200ms, 7d)."""
+"""Human units in flags and resources: sizes (4MiB, 10GB) and durations (200ms, 7d)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,24 @@ import re
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
 _SIZE_FACTORS = {
-    "": 1, "b": 1,
-    "k": 1000, "kb": 1000, "ki": 1024, "kib": 1024,
-    "m": 1000**2, "mb": 1000**2, "mi": 1024**2, "mib": 1024**2,
-    "g": 1000**3, "gb": 1000**3, "gi": 1024**3, "gib": 1024**3,
-    "t": 1000**4, "tb": 1000**4, "ti": 1024**4, "tib": 1024**4,
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "ki": 1024,
+    "kib": 1024,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "mi": 1024**2,
+    "mib": 1024**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "gi": 1024**3,
+    "gib": 1024**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "ti": 1024**4,
+    "tib": 1024**4,
 }
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}

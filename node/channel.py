@@ -9,6 +9,7 @@ single group committer in offset order, so `committed_next` only moves forward.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 
 from streamwal.node.clock import HybridClock
@@ -59,10 +60,8 @@ class Channel:
 
     async def wait_changed(self, timeout: float | None = None) -> None:
         event = self._changed
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(event.wait(), timeout)
-        except TimeoutError:
-            pass
 
     def cached_from(self, offset: int, limit: int) -> list[tuple[int, bytes]] | None:
         """Committed records from the one holding `offset`, if the cache reaches back that far."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import click
-
 from streamwal import logs
 from streamwal.node.config import NodeConfig
 from streamwal.units import parse_duration_ms, parse_size
@@ -14,7 +13,9 @@ from streamwal.units import parse_duration_ms, parse_size
 @click.command("node")
 @click.option("--listen", default="127.0.0.1:19530", show_default=True, help="gRPC HOST:PORT.")
 @click.option("--data-dir", required=True, type=click.Path(file_okay=False), help="RocksDB folder.")
-@click.option("--node-id", default=1, show_default=True, type=int, help="Server id reported to coord.")
+@click.option(
+    "--node-id", default=1, show_default=True, type=int, help="Server id reported to coord."
+)
 @click.option("--metrics", default=None, help="Serve Prometheus metrics on HOST:PORT.")
 @click.option(
     "--durability",
@@ -25,9 +26,23 @@ from streamwal.units import parse_duration_ms, parse_size
     "the OS has the write (survives kill -9, not power loss).",
 )
 @click.option("--max-message-size", default="4MiB", show_default=True, help="Largest message.")
-@click.option("--time-tick-interval", default="200ms", show_default=True, help="Idle time-tick period.")
-@click.option("--retention-age", default="0", show_default=True, help="Default max age, e.g. 7d (0: forever).")
-@click.option("--retention-size", default="0", show_default=True, help="Default max bytes per pchannel, e.g. 10GiB (0: unlimited).")
+@click.option(
+    "--time-tick-interval", default="200ms", show_default=True, help="Idle time-tick period."
+)
+@click.option(
+    "--retention-age", default="0", show_default=True, help="Default max age, e.g. 7d (0: forever)."
+)
+@click.option(
+    "--retention-size",
+    default="0",
+    show_default=True,
+    help="Default max bytes per pchannel, e.g. 10GiB (0: unlimited).",
+)
+@click.option(
+    "--port-file",
+    default=None,
+    help="Write the bound port here once serving (for --listen HOST:0).",
+)
 @click.option("--log-level", default="info", show_default=True)
 def node(
     listen: str,
@@ -39,6 +54,7 @@ def node(
     time_tick_interval: str,
     retention_age: str,
     retention_size: str,
+    port_file: str | None,
     log_level: str,
 ) -> None:
     """Run a streaming node: a durable WAL of pchannels served over gRPC."""
@@ -55,6 +71,7 @@ def node(
         time_tick_interval_s=parse_duration_ms(time_tick_interval) / 1000,
         default_retention_age_ms=parse_duration_ms(retention_age),
         default_retention_bytes=parse_size(retention_size),
+        port_file=port_file,
     )
     _run(NodeServer(config).serve_forever())
 

@@ -21,3 +21,5 @@ class NodeConfig:
     default_retention_bytes: int = 0
     # A producer stream stops reading requests while this many bytes await their ack.
     max_inflight_bytes_per_producer: int = 64 * 1024 * 1024
+    # Written with the bound port once serving: lets a supervisor use --listen HOST:0.
+    port_file: str | None = None

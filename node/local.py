@@ -1,13 +1,12 @@
 """Run a streaming node as a local child process: tests, benchmarks and the demo use it.
 
-The node listens on port 0 and logs its bound port in the "node serving" line, so there
+The node listens on port 0 and writes the port it bound to a file once serving, so there
 is no race for a free port; its log goes to a file so a chatty node never blocks on a
 full pipe, and the file is what a failing test shows.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -33,6 +32,7 @@ class LocalNode:
         self.extra_args = extra_args
         self.env = env
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}.log"
+        self.port_file = self.data_dir.parent / f"{self.data_dir.name}.port"
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -47,10 +47,11 @@ class LocalNode:
             "--listen", f"{self.host}:{self.port}",
             "--data-dir", str(self.data_dir),
             "--node-id", str(self.node_id),
+            "--port-file", str(self.port_file),
             *self.extra_args,
         ]  # fmt: skip
+        self.port_file.unlink(missing_ok=True)
         with open(self.log_path, "ab") as log:
-            offset = log.tell()
             self.proc = subprocess.Popen(
                 argv,
                 stdout=log,
@@ -61,7 +62,7 @@ class LocalNode:
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            port = self._serving_port(offset)
+            port = self._serving_port()
             if port:
                 self.port = port
                 return self
@@ -69,15 +70,15 @@ class LocalNode:
                 raise RuntimeError(f"node {self.node_id} exited at start:\n{self.log_tail()}")
             time.sleep(0.01)
         self.kill()
-        raise TimeoutError(f"node {self.node_id} did not serve within {timeout}s:\n{self.log_tail()}")
+        raise TimeoutError(
+            f"node {self.node_id} did not serve within {timeout}s:\n{self.log_tail()}"
+        )
 
-    def _serving_port(self, offset: int) -> int | None:
-        with open(self.log_path, "rb") as f:
-            f.seek(offset)
-            for line in f:
-                if b'"node serving"' in line:
-                    return json.loads(line)["port"]
-        return None
+    def _serving_port(self) -> int | None:
+        try:
+            return int(self.port_file.read_text())
+        except (OSError, ValueError):
+            return None
 
     def log_tail(self, chars: int = 4000) -> str:
         try:

@@ -15,8 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rocksdict import Options, ReadOptions, Rdict, WriteBatch, WriteOptions
-
+from rocksdict import Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 from streamwal.node import records
 
 _U64 = struct.Struct(">Q")

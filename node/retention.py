@@ -29,7 +29,7 @@ def plan_cut(
     previous: tuple[int, int, int, int] | None = None
     for header in headers:
         if previous is not None:
-            base, first_tick, count, size = previous
+            _, first_tick, count, size = previous
             last_ms = physical_ms(first_tick + count - 1)
             too_old = max_age_ms > 0 and now_ms - last_ms > max_age_ms
             too_big = max_bytes > 0 and total_bytes - freed > max_bytes

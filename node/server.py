@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import time
 
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import start_http_server
-
 from streamwal.node.config import NodeConfig
 from streamwal.node.log_store import LogStore
 from streamwal.node.metrics import NodeMetrics
@@ -54,6 +54,11 @@ class NodeServer:
                 int(port), addr=host or "0.0.0.0", registry=self.metrics.registry
             )
         await self._health.set("", health_pb2.HealthCheckResponse.SERVING)
+        if cfg.port_file:
+            tmp = f"{cfg.port_file}.tmp"
+            with open(tmp, "w") as f:
+                f.write(str(self.port))
+            os.replace(tmp, cfg.port_file)
         log.info(
             "node serving",
             extra={

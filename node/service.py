@@ -16,14 +16,14 @@ from collections.abc import Callable
 import grpc
 from google.protobuf.message import DecodeError
 from grpc import aio
-
 from streamwal.errors import Inner, InvalidArgument, OnShutdown, StreamingError
 from streamwal.grpc_errors import status_for, trailing
 from streamwal.ids import encode_offset
 from streamwal.node import delivery, records
 from streamwal.node.channel import Channel
 from streamwal.node.wal import Wal
-from streamwal.proto import milvus_pb2, streaming_pb2 as pb
+from streamwal.proto import milvus_pb2
+from streamwal.proto import streaming_pb2 as pb
 
 log = logging.getLogger("streamwal.node.service")
 
@@ -125,7 +125,8 @@ class NodeService:
 
     async def assign(self, request, context):
         async def act(req):
-            await self.wal.assign(req.pchannel.name, req.pchannel.term)
+            retention = req.retention if req.HasField("retention") else None
+            await self.wal.assign(req.pchannel.name, req.pchannel.term, retention)
             return pb.StreamingNodeManagerAssignResponse()
 
         return await self._unary(request, context, act)
@@ -345,7 +346,13 @@ class _ProduceStream:
             log.debug("producer stream ended", extra={"error": repr(exc)})
             self.out.put_nowait(False)
 
-    def _submit(self, body: bytes, count: int, respond: Callable[[asyncio.Future], pb.ProduceResponse], fail: Callable[[StreamingError], pb.ProduceResponse]) -> None:
+    def _submit(
+        self,
+        body: bytes,
+        count: int,
+        respond: Callable[[asyncio.Future], pb.ProduceResponse],
+        fail: Callable[[StreamingError], pb.ProduceResponse],
+    ) -> None:
         self.outstanding += 1
         try:
             future = self.svc.wal.append(self.ch, self.term, body, count)

@@ -11,15 +11,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from streamwal.errors import Inner, InvalidArgument, StreamingError
 from streamwal.message import PROP_TYPE, MsgType
 from streamwal.node import records
 from streamwal.node.channel import Channel
 from streamwal.node.config import NodeConfig
-from streamwal.node.group_commit import GroupCommitter
 from streamwal.node.fencing import AssignOutcome, check_access, decide_assign, decide_remove
+from streamwal.node.group_commit import GroupCommitter
 from streamwal.node.log_store import ChannelMeta, LogStore, log_key
 from streamwal.node.metrics import NodeMetrics
 from streamwal.node.retention import plan_cut
@@ -108,11 +108,25 @@ class Wal:
 
     # -- management --------------------------------------------------------------------
 
-    async def assign(self, name: str, term: int) -> AssignOutcome:
+    async def assign(
+        self, name: str, term: int, retention: pb.RetentionPolicy | None = None
+    ) -> AssignOutcome:
+        """Serve `name` under `term` (persisted first); `retention` replaces its policy."""
         validate_name(name)
+        if retention is not None and (retention.max_age_ms < 0 or retention.max_bytes < 0):
+            raise InvalidArgument("retention bounds must be >= 0")
         ch = self.channels.get(name)
         outcome = decide_assign(ch.fence if ch else None, term)
         if outcome is AssignOutcome.ALREADY:
+            if retention is not None and ch is not None:
+                ch.meta = replace(
+                    ch.meta,
+                    retention_age_ms=retention.max_age_ms,
+                    retention_bytes=retention.max_bytes,
+                )
+                await asyncio.get_running_loop().run_in_executor(
+                    None, self.store.save_meta, name, ch.meta
+                )
             return outcome
         if ch is None:
             meta = ChannelMeta(
@@ -123,13 +137,13 @@ class Wal:
             self.channels[name] = ch
         else:
             await self._drain(ch)
-        meta = ChannelMeta(
-            term=term,
-            serving=True,
-            history=[*ch.meta.history, (term, ch.next_offset)],
-            retention_age_ms=ch.meta.retention_age_ms,
-            retention_bytes=ch.meta.retention_bytes,
+        meta = replace(
+            ch.meta, term=term, serving=True, history=[*ch.meta.history, (term, ch.next_offset)]
         )
+        if retention is not None:
+            meta = replace(
+                meta, retention_age_ms=retention.max_age_ms, retention_bytes=retention.max_bytes
+            )
         await asyncio.get_running_loop().run_in_executor(None, self.store.save_meta, name, meta)
         ch.meta = meta
         ch.notify()  # consumers under the old term see the fence move
@@ -141,13 +155,7 @@ class Wal:
         ch = self.channels.get(name)
         decide_remove(ch.fence if ch else None, name, term)
         assert ch is not None
-        ch.meta = ChannelMeta(
-            term=ch.meta.term,
-            serving=False,
-            history=ch.meta.history,
-            retention_age_ms=ch.meta.retention_age_ms,
-            retention_bytes=ch.meta.retention_bytes,
-        )
+        ch.meta = replace(ch.meta, serving=False)
         ch.notify()
         await self._drain(ch)
         await asyncio.get_running_loop().run_in_executor(None, self.store.save_meta, name, ch.meta)
@@ -219,7 +227,7 @@ class Wal:
                 ch.drop_cache_before(item.keep_from)
                 if not item.future.done():
                     item.future.set_result(None)
-        for name, (ch, size) in self._group_sizes.items():
+        for ch, size in self._group_sizes.values():
             ch.size_bytes = size
         for ch in touched.values():
             ch.notify()
@@ -277,7 +285,9 @@ class Wal:
             for ch in list(self.channels.values()):
                 await self.apply_retention(ch, loop)
 
-    async def apply_retention(self, ch: Channel, loop: asyncio.AbstractEventLoop | None = None) -> None:
+    async def apply_retention(
+        self, ch: Channel, loop: asyncio.AbstractEventLoop | None = None
+    ) -> None:
         meta = ch.meta
         if not (meta.retention_age_ms or meta.retention_bytes):
             return
@@ -299,4 +309,6 @@ class Wal:
         future = loop.create_future()
         self._committer.submit(_Truncate(ch, keep_from, freed, future))
         await future
-        log.info("retention", extra={"pchannel": ch.name, "first_offset": keep_from, "freed": freed})
+        log.info(
+            "retention", extra={"pchannel": ch.name, "first_offset": keep_from, "freed": freed}
+        )

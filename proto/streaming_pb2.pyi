@@ -332,10 +332,12 @@ class CloseConsumerResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class StreamingNodeManagerAssignRequest(_message.Message):
-    __slots__ = ("pchannel",)
+    __slots__ = ("pchannel", "retention")
     PCHANNEL_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_FIELD_NUMBER: _ClassVar[int]
     pchannel: PChannelInfo
-    def __init__(self, pchannel: _Optional[_Union[PChannelInfo, _Mapping]] = ...) -> None: ...
+    retention: RetentionPolicy
+    def __init__(self, pchannel: _Optional[_Union[PChannelInfo, _Mapping]] = ..., retention: _Optional[_Union[RetentionPolicy, _Mapping]] = ...) -> None: ...
 
 class StreamingNodeManagerAssignResponse(_message.Message):
     __slots__ = ()
@@ -424,6 +426,14 @@ class ConsumeBatchResponse(_message.Message):
     offsets: _containers.RepeatedScalarFieldContainer[int]
     time_ticks: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, first_id: _Optional[_Union[MessageID, _Mapping]] = ..., term: _Optional[int] = ..., first_time_tick: _Optional[int] = ..., messages: _Optional[bytes] = ..., offsets: _Optional[_Iterable[int]] = ..., time_ticks: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class RetentionPolicy(_message.Message):
+    __slots__ = ("max_age_ms", "max_bytes")
+    MAX_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    max_age_ms: int
+    max_bytes: int
+    def __init__(self, max_age_ms: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
 
 class PChannelStatus(_message.Message):
     __slots__ = ("pchannel", "first_offset", "next_offset", "last_time_tick", "size_bytes", "producers", "consumers")
