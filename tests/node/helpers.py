@@ -1,0 +1,218 @@
+"""Helpers shared by the node tests: bounded reads, seed-style raw streams, batch payloads.
+
+Everything that waits is bounded by a timeout so a broken node fails a test instead of
+hanging the suite. Time ticks (type 1200) are appended by the node on idle pchannels and
+are skipped wherever the tests count data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import grpc
+from grpc import aio
+from streamwal.client.node_client import ConsumedMessage, Consumer
+from streamwal.grpc_errors import from_rpc_error
+from streamwal.ids import decode_offset
+from streamwal.message import PROP_TERM, PROP_TIME_TICK, PROP_TYPE, MsgType
+from streamwal.proto import streaming_pb2 as pb
+from streamwal.transport import make_channel
+
+TICK_TYPE = str(int(MsgType.TimeTick))
+HANDLER = "/milvus.proto.streaming.StreamingNodeHandlerService/"
+_TAG = struct.Struct(">IIQ")  # batch id, index in batch, a fixed magic for sanity
+_MAGIC = 0x5EED_0F_BA7C4
+
+
+def is_tick(msg: ConsumedMessage) -> bool:
+    return msg.msg_type == MsgType.TimeTick
+
+
+def tagged(batch_id: int, index: int, pad: int = 0) -> bytes:
+    """A payload that says which batch and position it came from."""
+    return _TAG.pack(batch_id, index, _MAGIC) + b"p" * pad
+
+
+def untag(payload: bytes) -> tuple[int, int]:
+    batch_id, index, magic = _TAG.unpack_from(payload)
+    assert magic == _MAGIC, f"payload {payload[:24]!r} is not a tagged test payload"
+    return batch_id, index
+
+
+async def read_data(consumer: Consumer, count: int, timeout: float = 10.0) -> list[ConsumedMessage]:
+    """The next `count` non-tick messages; fails if they do not arrive within `timeout`."""
+    out: list[ConsumedMessage] = []
+
+    async def run() -> None:
+        async for msg in consumer:
+            if not is_tick(msg):
+                out.append(msg)
+                if len(out) >= count:
+                    return
+        raise AssertionError(f"consumer ended after {len(out)} of {count} messages")
+
+    try:
+        await asyncio.wait_for(run(), timeout)
+    except TimeoutError:
+        raise AssertionError(f"only {len(out)} of {count} messages within {timeout}s") from None
+    return out
+
+
+async def read_through(
+    consumer: Consumer, last_offset: int, timeout: float = 10.0
+) -> list[ConsumedMessage]:
+    """Every message (ticks included) up to and including offset `last_offset`."""
+    out: list[ConsumedMessage] = []
+
+    async def run() -> None:
+        async for msg in consumer:
+            out.append(msg)
+            if msg.offset >= last_offset:
+                return
+        raise AssertionError(f"consumer ended at {out[-1].offset if out else None}")
+
+    try:
+        await asyncio.wait_for(run(), timeout)
+    except TimeoutError:
+        raise AssertionError(
+            f"did not reach offset {last_offset} within {timeout}s "
+            f"(last {out[-1].offset if out else None})"
+        ) from None
+    return out
+
+
+async def expect_nothing(consumer: Consumer, seconds: float) -> None:
+    """Asserts that no data message (only ticks) arrives for `seconds`."""
+    try:
+        msgs = await read_data(consumer, 1, seconds)
+    except AssertionError:
+        return
+    raise AssertionError(f"unexpected message {msgs[0]!r}")
+
+
+# -- seed-style raw streams (what a client generated from the seed sends) ------------------
+
+
+@dataclass
+class RawMessage:
+    offset: int
+    payload: bytes
+    properties: dict[str, str]
+
+    @property
+    def is_tick(self) -> bool:
+        return self.properties.get(PROP_TYPE) == TICK_TYPE
+
+
+class RawProducer:
+    """A Produce stream speaking per-message ProduceMessageRequest, as the seed does."""
+
+    def __init__(self, address: str, pchannel: str, term: int) -> None:
+        self._channel = make_channel(address)
+        header = pb.CreateProducerRequest(pchannel=pb.PChannelInfo(name=pchannel, term=term))
+        method = self._channel.stream_stream(
+            HANDLER + "Produce",
+            request_serializer=pb.ProduceRequest.SerializeToString,
+            response_deserializer=pb.ProduceResponse.FromString,
+        )
+        self.call = method(metadata=(("create-producer-bin", header.SerializeToString()),))
+        self._rid = 0
+
+    async def open(self) -> pb.CreateProducerResponse:
+        try:
+            first = await self.call.read()
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        assert first.WhichOneof("response") == "create", first
+        return first.create
+
+    async def send(self, payload: bytes, properties: dict[str, str] | None = None):
+        """One message, one response: the ProduceMessageResponse."""
+        self._rid += 1
+        msg = pb.Message(payload=payload, properties=properties or {})
+        await self.call.write(
+            pb.ProduceRequest(produce=pb.ProduceMessageRequest(request_id=self._rid, message=msg))
+        )
+        resp = await asyncio.wait_for(self.call.read(), 10)
+        assert resp.WhichOneof("response") == "produce", resp
+        assert resp.produce.request_id == self._rid
+        return resp.produce
+
+    async def send_ok(self, payload: bytes, properties: dict[str, str] | None = None) -> int:
+        resp = await self.send(payload, properties)
+        assert resp.WhichOneof("response") == "result", resp
+        return decode_offset(resp.result.id.id)
+
+    async def close(self) -> None:
+        await self.call.write(pb.ProduceRequest(close=pb.CloseProducerRequest()))
+        resp = await asyncio.wait_for(self.call.read(), 10)
+        assert resp.WhichOneof("response") == "close", resp
+        await self._channel.close()
+
+
+class RawConsumer:
+    """A Consume stream without streamwal's options: one ConsumeMessageReponse per message."""
+
+    def __init__(
+        self,
+        address: str,
+        pchannel: str,
+        term: int,
+        policy: pb.DeliverPolicy | None = None,
+        filters: Sequence[pb.DeliverFilter] = (),
+    ) -> None:
+        self._channel = make_channel(address)
+        header = pb.CreateConsumerRequest(
+            pchannel=pb.PChannelInfo(name=pchannel, term=term),
+            deliver_policy=policy,
+            deliver_filters=list(filters),
+        )
+        method = self._channel.stream_stream(
+            HANDLER + "Consume",
+            request_serializer=pb.ConsumeRequest.SerializeToString,
+            response_deserializer=pb.ConsumeResponse.FromString,
+        )
+        self.call = method(metadata=(("create-consumer-bin", header.SerializeToString()),))
+
+    async def open(self) -> pb.CreateConsumerResponse:
+        try:
+            first = await self.call.read()
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        assert first.WhichOneof("response") == "create", first
+        return first.create
+
+    async def next(self, timeout: float = 10.0) -> RawMessage:
+        resp = await asyncio.wait_for(self.call.read(), timeout)
+        assert resp is not aio.EOF, "consumer stream ended"
+        assert resp.WhichOneof("response") == "consume", resp
+        m = resp.consume
+        props = dict(m.message.properties)
+        assert PROP_TIME_TICK in props and PROP_TERM in props, props
+        return RawMessage(decode_offset(m.id.id), m.message.payload, props)
+
+    async def data(self, count: int, timeout: float = 10.0) -> list[RawMessage]:
+        out: list[RawMessage] = []
+        deadline = time.monotonic() + timeout
+        while len(out) < count:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"only {len(out)} of {count} messages within {timeout}s")
+            msg = await self.next(left)
+            if not msg.is_tick:
+                out.append(msg)
+        return out
+
+    async def close(self) -> None:
+        await self.call.write(pb.ConsumeRequest(close=pb.CloseConsumerRequest()))
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # frames already in flight come first
+            resp = await asyncio.wait_for(self.call.read(), 10)
+            assert resp is not aio.EOF, "no close response"
+            if resp.WhichOneof("response") == "close":
+                break
+        await self._channel.close()

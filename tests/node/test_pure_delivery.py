@@ -1,0 +1,175 @@
+"""Pure: where a consumer starts (DeliverPolicy) and which messages pass (DeliverFilter)."""
+
+from __future__ import annotations
+
+import pytest
+from google.protobuf.empty_pb2 import Empty
+from streamwal.client.policy import DeliverFilter, DeliverPolicy
+from streamwal.errors import InvalidArgument
+from streamwal.ids import decode_offset
+from streamwal.node import delivery, records
+from streamwal.node.delivery import Filters, select, start_offset
+from streamwal.proto import streaming_pb2 as pb
+
+# -- start_offset ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("policy", "first", "next_", "expected"),
+    [
+        (DeliverPolicy.all(), 0, 10, 0),
+        (DeliverPolicy.all(), 4, 10, 4),  # retention moved the start
+        (pb.DeliverPolicy(), 4, 10, 4),  # unset policy means all
+        (DeliverPolicy.latest(), 0, 10, 9),  # the latest message itself
+        (DeliverPolicy.latest(), 0, 0, 0),  # empty log: whatever comes next
+        (DeliverPolicy.latest(), 9, 10, 9),
+        (DeliverPolicy.start_from(3), 0, 10, 3),
+        (DeliverPolicy.start_from(10), 0, 10, 10),  # the next message to be appended
+        (DeliverPolicy.start_from(1), 5, 10, 5),  # clamped to the oldest retained
+        (DeliverPolicy.start_after(3), 0, 10, 4),
+        (DeliverPolicy.start_after(9), 0, 10, 10),
+        (DeliverPolicy.start_after(1), 5, 10, 5),  # clamped
+    ],
+)
+def test_start_offset(policy, first: int, next_: int, expected: int) -> None:
+    assert start_offset(policy, first, next_) == expected
+
+
+def test_start_past_the_end_is_invalid() -> None:
+    with pytest.raises(InvalidArgument, match="past the end"):
+        start_offset(DeliverPolicy.start_from(11), 0, 10)
+    with pytest.raises(InvalidArgument, match="past the end"):
+        start_offset(DeliverPolicy.start_after(10), 0, 10)
+
+
+@pytest.mark.parametrize("raw", [b"", b"\x00" * 7, b"\x00" * 9])
+def test_malformed_message_id_is_invalid(raw: bytes) -> None:
+    with pytest.raises(InvalidArgument, match="bad MessageID"):
+        start_offset(pb.DeliverPolicy(start_from=pb.MessageID(id=raw)), 0, 10)
+
+
+# -- filters -----------------------------------------------------------------------------
+
+
+def test_filters_from_proto() -> None:
+    assert Filters.from_proto([]) == Filters(0, None)
+    assert Filters.from_proto([DeliverFilter.time_tick_gt(10)]) == Filters(11, None)
+    assert Filters.from_proto([DeliverFilter.time_tick_gte(10)]) == Filters(10, None)
+    both = [DeliverFilter.time_tick_gt(10), DeliverFilter.time_tick_gte(20)]
+    assert Filters.from_proto(both) == Filters(20, None)
+    vc = [DeliverFilter.vchannel("p_v1"), DeliverFilter.vchannel("p_v1")]
+    assert Filters.from_proto(vc) == Filters(0, "p_v1")
+
+
+def test_two_different_vchannel_filters_are_invalid() -> None:
+    with pytest.raises(InvalidArgument, match="at most one vchannel"):
+        Filters.from_proto([DeliverFilter.vchannel("a"), DeliverFilter.vchannel("b")])
+
+
+def test_empty_filter_is_invalid() -> None:
+    with pytest.raises(InvalidArgument, match="empty DeliverFilter"):
+        Filters.from_proto([pb.DeliverFilter()])
+
+
+# -- select ------------------------------------------------------------------------------
+
+BASE, TICK = 100, 5000
+
+
+def _record(vchannels: list[str | None]) -> records.Record:
+    batch = pb.MessageBatch()
+    for i, vc in enumerate(vchannels):
+        m = batch.messages.add(payload=f"m{i}".encode())
+        if vc == "tick":
+            m.properties["_t"] = "1200"
+        elif vc is not None:
+            m.properties["_vc"] = vc
+    value = records.encode(3, TICK, len(vchannels), batch.SerializeToString())
+    return records.decode(value)
+
+
+def _payloads(s: delivery.Slice) -> list[bytes]:
+    return [m.payload for m in pb.MessageBatch.FromString(s.body).messages]
+
+
+def test_select_whole_record_shares_the_stored_bytes() -> None:
+    rec = _record(["a", "b", "a"])
+    s = select(BASE, rec, BASE, Filters())
+    assert s is not None and s.body is rec.body
+    assert (s.first_offset, s.first_tick, s.offsets, s.ticks) == (BASE, TICK, None, None)
+
+
+def test_select_from_inside_a_record() -> None:
+    s = select(BASE, _record(["a", "b", "a"]), BASE + 2, Filters())
+    assert s is not None
+    assert (s.first_offset, s.first_tick, _payloads(s)) == (BASE + 2, TICK + 2, [b"m2"])
+
+
+def test_select_past_the_record_is_none() -> None:
+    assert select(BASE, _record(["a", "b"]), BASE + 2, Filters()) is None
+
+
+@pytest.mark.parametrize(
+    ("flt", "first"),
+    [
+        (DeliverFilter.time_tick_gt(TICK), 1),
+        (DeliverFilter.time_tick_gte(TICK), 0),
+        (DeliverFilter.time_tick_gte(TICK + 2), 2),
+        (DeliverFilter.time_tick_gt(TICK - 10), 0),
+    ],
+)
+def test_select_time_tick_filters(flt, first: int) -> None:
+    s = select(BASE, _record(["a", "b", "a"]), BASE, Filters.from_proto([flt]))
+    assert s is not None
+    assert s.first_offset == BASE + first and s.first_tick == TICK + first
+    assert _payloads(s) == [f"m{i}".encode() for i in range(first, 3)]
+
+
+def test_select_time_tick_filter_past_the_record_is_none() -> None:
+    f = Filters.from_proto([DeliverFilter.time_tick_gt(TICK + 2)])
+    assert select(BASE, _record(["a", "b", "a"]), BASE, f) is None
+
+
+def test_select_vchannel_keeps_its_messages_and_time_ticks() -> None:
+    rec = _record(["a", "b", "tick", None, "a", "b"])
+    s = select(BASE, rec, BASE, Filters(vchannel="a"))
+    assert s is not None
+    assert s.offsets == [BASE, BASE + 2, BASE + 4]
+    assert s.ticks == [TICK, TICK + 2, TICK + 4]
+    assert _payloads(s) == [b"m0", b"m2", b"m4"]
+
+
+def test_select_vchannel_and_tick_and_position_combine() -> None:
+    rec = _record(["a", "b", "a", "a", "b", "a"])
+    f = Filters.from_proto([DeliverFilter.vchannel("a"), DeliverFilter.time_tick_gte(TICK + 3)])
+    s = select(BASE, rec, BASE + 1, f)
+    assert s is not None and s.offsets == [BASE + 3, BASE + 5]
+    s = select(BASE, rec, BASE + 4, Filters(vchannel="a"))
+    assert s is not None and s.offsets == [BASE + 5]
+
+
+def test_select_vchannel_without_a_match_is_none() -> None:
+    assert select(BASE, _record(["b", None]), BASE, Filters(vchannel="a")) is None
+
+
+def test_frames_carry_offsets_ticks_and_term() -> None:
+    rec = _record(["a", "b", "a"])
+    s = select(BASE, rec, BASE, Filters(vchannel="a"))
+    assert s is not None
+    frame = delivery.batch_frame(s, 3).consume_batch
+    assert decode_offset(frame.first_id.id) == BASE and frame.term == 3
+    assert list(frame.offsets) == [BASE, BASE + 2] and list(frame.time_ticks) == [TICK, TICK + 2]
+    singles = delivery.message_frames(s, 3)
+    assert [decode_offset(f.consume.id.id) for f in singles] == [BASE, BASE + 2]
+    assert [f.consume.message.properties["_tt"] for f in singles] == [str(TICK), str(TICK + 2)]
+    assert all(f.consume.message.properties["_wt"] == "3" for f in singles)
+    assert singles[0].consume.message.properties["_vc"] == "a"
+    dense = delivery.message_frames(select(BASE, rec, BASE + 1, Filters()), 4)
+    assert [decode_offset(f.consume.id.id) for f in dense] == [BASE + 1, BASE + 2]
+    assert dense[1].consume.message.properties["_tt"] == str(TICK + 2)
+
+
+def test_policy_constructors_fill_the_oneof() -> None:
+    assert DeliverPolicy.all().WhichOneof("policy") == "all"
+    assert DeliverPolicy.latest() == pb.DeliverPolicy(latest=Empty())
+    assert decode_offset(DeliverPolicy.start_after(7).start_after.id) == 7
