@@ -21,7 +21,6 @@ import click
 from streamwal.client import encoding
 from streamwal.client.node_client import NodeClient
 from streamwal.client.policy import DeliverPolicy
-from streamwal.message import MsgType
 from streamwal.node.local import LocalNode
 
 PCHANNEL = "bench-0"
@@ -60,19 +59,17 @@ async def fill(producer, total: int, size: int, batch: int, in_flight: int, prog
 
 
 async def consume_all(nc: NodeClient, term: int, upto: int) -> tuple[int, float]:
-    """Read from the start until offset `upto`; (data messages, seconds)."""
-    consumer = await nc.consumer(PCHANNEL, term, DeliverPolicy.all())
+    """Read from the start until offset `upto`, touching every payload; (messages, seconds)."""
+    consumer = await nc.consumer(PCHANNEL, term, DeliverPolicy.all(), time_ticks=False)
     started = time.perf_counter()
     count = 0
-    tick_type = int(MsgType.TimeTick)
     try:
-        while True:
+        while True:  # a poll loop, as Kafka consumers run: a batch per call
             batch = await consumer.next_batch()
             if batch is None:
                 break
             for m in batch:
-                if m.msg_type != tick_type:
-                    count += len(m.payload) > 0
+                count += len(m.payload) > 0
             if batch[-1].offset >= upto - 1:
                 break
     finally:

@@ -12,14 +12,17 @@ from collections.abc import Mapping
 
 from streamwal.message import PROP_TYPE, PROP_VCHANNEL
 
-_VARINT_CACHE = [bytes([i]) for i in range(128)]
+# Every length below 16 KiB encodes by table lookup: the per-message hot path.
+_VARINT_TABLE = [
+    bytes([n]) if n < 0x80 else bytes([(n & 0x7F) | 0x80, n >> 7]) for n in range(1 << 14)
+]
 
 
 def varint(n: int) -> bytes:
-    if n < 128:
-        return _VARINT_CACHE[n]
+    if n < 16384:
+        return _VARINT_TABLE[n]
     out = bytearray()
-    while n >= 128:
+    while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
         n >>= 7
     out.append(n)

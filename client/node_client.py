@@ -151,8 +151,13 @@ class NodeClient:
         term: int,
         policy: pb.DeliverPolicy | None = None,
         filters: Sequence[pb.DeliverFilter] = (),
+        *,
+        time_ticks: bool = True,
     ) -> Consumer:
-        consumer = Consumer(self._channel, pchannel, term, policy or DeliverPolicy.all(), filters)
+        """Read `pchannel` from `policy` on; `time_ticks=False` leaves out TimeTick messages."""
+        consumer = Consumer(
+            self._channel, pchannel, term, policy or DeliverPolicy.all(), filters, time_ticks
+        )
         await consumer.open()
         return consumer
 
@@ -382,8 +387,10 @@ class Consumer:
         term: int,
         policy: pb.DeliverPolicy,
         filters: Sequence[pb.DeliverFilter],
+        time_ticks: bool = True,
     ) -> None:
         self.pchannel = pchannel
+        self._time_ticks = time_ticks
         self.term = term
         self._channel = channel
         self._policy = policy
@@ -399,7 +406,7 @@ class Consumer:
             pchannel=pb.PChannelInfo(name=self.pchannel, term=self.term),
             deliver_policy=self._policy,
             deliver_filters=self._filters,
-            options=pb.ConsumerOptions(batched=True),
+            options=pb.ConsumerOptions(batched=True, skip_time_ticks=not self._time_ticks),
         )
         method = self._channel.stream_stream(
             _HANDLER + "Consume",
@@ -483,5 +490,5 @@ def decode_batch(b: pb.ConsumeBatchResponse) -> list[ConsumedMessage]:
             for o, t, m in zip(b.offsets, b.time_ticks, messages, strict=True)
         ]
     first = decode_offset(b.first_id.id)
-    tick = b.first_time_tick
-    return [ConsumedMessage(first + i, term, tick + i, m) for i, m in enumerate(messages)]
+    delta = b.first_time_tick - first  # tick - offset is constant inside a dense batch
+    return [ConsumedMessage(o, term, o + delta, m) for o, m in enumerate(messages, first)]

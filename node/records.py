@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from streamwal.errors import Inner
 
 VERSION = 1
+FLAG_TIME_TICK = 0x01  # the record is one TimeTick message appended by the node
 # version, flags, reserved, crc32, term, first time tick, count
 _HEADER = struct.Struct(">BBHIqQI")
 _CHECKED = struct.Struct(">qQI")  # the header fields the CRC covers
@@ -30,6 +31,7 @@ class Record:
     first_tick: int
     count: int
     body: bytes  # serialized MessageBatch
+    flags: int = 0
 
     @property
     def last_tick(self) -> int:
@@ -45,13 +47,13 @@ def encode(term: int, first_tick: int, count: int, body: bytes, flags: int = 0) 
 def decode(value: bytes, where: str = "") -> Record:
     if len(value) < HEADER_SIZE:
         raise CorruptRecord(f"record {where} is truncated ({len(value)} bytes)")
-    version, _flags, _, crc, term, first_tick, count = _HEADER.unpack_from(value)
+    version, flags, _, crc, term, first_tick, count = _HEADER.unpack_from(value)
     if version != VERSION:
         raise CorruptRecord(f"record {where} has unknown version {version}")
     body = value[HEADER_SIZE:]
     if zlib.crc32(body, zlib.crc32(_CHECKED.pack(term, first_tick, count))) != crc:
         raise CorruptRecord(f"record {where} failed its checksum")
-    return Record(term, first_tick, count, body)
+    return Record(term, first_tick, count, body, flags)
 
 
 def peek(value: bytes) -> tuple[int, int, int]:

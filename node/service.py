@@ -214,7 +214,7 @@ class NodeService:
                 )
             )
             err = await self._deliver(
-                ch, term, position, filters, header.options.batched, closer, context, consumer_id
+                ch, term, position, filters, header.options, closer, context, consumer_id
             )
             if err is not None:
                 await _abort(context, err)
@@ -243,7 +243,7 @@ class NodeService:
         term: int,
         position: int,
         filters: delivery.Filters,
-        batched: bool,
+        options: pb.ConsumerOptions,
         closer: asyncio.Future,
         context: aio.ServicerContext,
         consumer_id: int,
@@ -251,6 +251,8 @@ class NodeService:
         from streamwal.node.fencing import check_access
 
         lag = self.wal.metrics.consumer_lag.labels(ch.name)
+        batched = options.batched
+        skip_ticks = options.skip_time_ticks
         while True:
             if closer.done():
                 return closer.result()
@@ -274,7 +276,7 @@ class NodeService:
                     return err
                 piece = delivery.select(base, rec, position, filters)
                 position = base + rec.count
-                if piece is None:
+                if piece is None or (skip_ticks and rec.flags & records.FLAG_TIME_TICK):
                     continue
                 if batched:
                     await context.write(delivery.batch_frame(piece, rec.term))

@@ -175,7 +175,9 @@ class Wal:
 
     # -- append ------------------------------------------------------------------------
 
-    def append(self, ch: Channel, term: int, body: bytes, count: int) -> asyncio.Future:
+    def append(
+        self, ch: Channel, term: int, body: bytes, count: int, flags: int = 0
+    ) -> asyncio.Future:
         """Accept `count` messages (a serialized MessageBatch); the future resolves to
         (base offset, first tick) once they are durable. Raises if fenced."""
         if self._closing:
@@ -184,7 +186,7 @@ class Wal:
         base = ch.next_offset
         ch.next_offset = base + count
         first_tick = ch.clock.allocate(count)
-        value = records.encode(term, first_tick, count, body)
+        value = records.encode(term, first_tick, count, body, flags)
         future = asyncio.get_running_loop().create_future()
         ch.last_append_ms = time.monotonic() * 1000
         self._committer.submit(
@@ -274,7 +276,7 @@ class Wal:
             for ch in list(self.channels.values()):
                 if ch.meta.serving and now - ch.last_append_ms >= interval * 1000:
                     try:
-                        self.append(ch, ch.term, _TIME_TICK_BODY, 1)
+                        self.append(ch, ch.term, _TIME_TICK_BODY, 1, records.FLAG_TIME_TICK)
                     except StreamingError:
                         continue
 
