@@ -64,6 +64,22 @@ class Cluster:
         self._all: list[subprocess.Popen] = []
         self._channel: aio.Channel | None = None
 
+    free_port = staticmethod(free_port)
+
+    async def cli(self, *args: str) -> str:
+        """Run `streamwal ARGS`; returns stdout, raises AssertionError(stderr) on failure."""
+        proc = await asyncio.create_subprocess_exec(
+            STREAMWAL,
+            *args,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=self.root,
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), 30)
+        if proc.returncode != 0:
+            raise AssertionError(err.decode())
+        return out.decode()
+
     def node_address(self, node_id: int) -> str:
         if node_id not in self.node_ports:
             self.node_ports[node_id] = free_port()

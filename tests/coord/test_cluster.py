@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import urllib.request
 
 import pytest
 from grpc import aio
@@ -83,6 +84,18 @@ async def test_create_place_describe_destroy(cluster):
     await wait_for(lambda: _not_served(cluster, owner, victim), 5, what="destroyed removed")
     assert await cluster.create(1) == ["pchannel_6"]
 
+    # The same through the CLI.
+    out = await cluster.cli(
+        "channel", "create", "--coord", cluster.coord_address, "--count", "2", "--prefix", "cli"
+    )
+    assert out.split() == ["cli_0", "cli_1"]
+    await wait_for(lambda: cluster.all_assigned(["cli_0", "cli_1"]), 10, what="cli placement")
+    table = await cluster.cli("channel", "describe", "--coord", cluster.coord_address, "cli_0")
+    assert table.splitlines()[1].split()[:3] == ["cli_0", "ASSIGNED", "1"]
+    await cluster.cli("channel", "destroy", "--coord", cluster.coord_address, "cli_1")
+    with pytest.raises(AssertionError, match="CHANNEL_NOT_EXIST"):
+        await cluster.cli("channel", "describe", "--coord", cluster.coord_address, "cli_1")
+
     states = await pbg.StreamingCoordStateServiceStub(cluster.channel()).GetComponentStates(
         mpb.GetComponentStatesRequest(), timeout=5
     )
@@ -96,7 +109,8 @@ async def _not_served(cluster, node_id, name) -> bool:
 async def test_node_kill_fails_over_fast_and_stale_owner_is_fenced(cluster):
     for i in (1, 2, 3):
         await cluster.start_node(i)
-    await cluster.start_coord([1, 2, 3])
+    metrics_port = cluster.free_port()
+    await cluster.start_coord([1, 2, 3], "--metrics", f"127.0.0.1:{metrics_port}")
     names = await cluster.create(6)
     before = await wait_for(lambda: cluster.all_assigned(names), 10, what="placement")
     victims = {n: d.meta.channel.term for n, d in before.items() if d.meta.node.server_id == 1}
@@ -120,6 +134,16 @@ async def test_node_kill_fails_over_fast_and_stale_owner_is_fenced(cluster):
         f"{end_to_end:.2f}s after kill -9 (probe 0.25s, grace 1.0s)"
     )
     assert worst < 3.0
+    metrics = await asyncio.to_thread(
+        lambda: urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics").read().decode()
+    )
+    assert f"streamwal_coord_failovers_total {float(len(victims))}" in metrics
+    for name in victims:
+        d = after[name].meta
+        assert (
+            f'streamwal_pchannel_info{{node="{d.node.server_id}",pchannel="{name}",'
+            f'state="assigned",term="{d.channel.term}"}} 1.0'
+        ) in metrics
 
     # The old owner comes back believing in its old terms: the coord fences it, and
     # neither it nor the new owner accepts an append under the old term.
