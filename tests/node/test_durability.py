@@ -1,0 +1,209 @@
+"""kill -9 of a node while producers have batches in flight, then restart on the same data.
+
+Each batch's payloads encode (batch id, index), so after the restart the log itself says
+which batches landed and whether any landed in part. Acknowledged means durable: every
+acknowledged batch is there, whole, once, at the offset that was acknowledged; offsets
+are dense; nothing unacknowledged is half-written. Fences and terms survive restarts too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import time
+from dataclasses import dataclass, field
+
+import pytest
+from streamwal.client.node_client import ConsumedMessage, NodeClient
+from streamwal.client.policy import DeliverPolicy
+from streamwal.errors import (
+    ChannelFenced,
+    IgnoredOperation,
+    StreamingError,
+    UnmatchedChannelTerm,
+)
+
+from tests.node.helpers import is_tick, read_data, read_through, tagged, untag
+
+PRODUCERS = 4
+KILLS = 3
+
+
+@dataclass
+class Ledger:
+    """What the producers asked for and what the node acknowledged."""
+
+    sizes: dict[int, int] = field(default_factory=dict)  # batch id -> messages
+    acked: dict[int, int] = field(default_factory=dict)  # batch id -> first offset
+    order: dict[int, list[int]] = field(default_factory=dict)  # producer -> batch ids sent
+
+
+async def _pump(
+    address: str, pch: str, pid: int, round_: int, ledger: Ledger, stop: asyncio.Event
+) -> None:
+    rng = random.Random(pid * 100 + round_)
+    async with NodeClient(address) as c:
+        producer = await c.producer(pch, 1)
+        pending: set[asyncio.Task] = set()
+        j = 0
+        while not stop.is_set() and j < 20_000:
+            bid = (pid << 24) | (round_ << 16) | j
+            size = rng.choice([1, 2, 7, 31, 64])
+            pad = rng.choice([0, 40, 300])
+            ledger.sizes[bid] = size
+            ledger.order.setdefault(pid, []).append(bid)
+            task = asyncio.ensure_future(
+                producer.send_many([tagged(bid, i, pad) for i in range(size)])
+            )
+            task.bid = bid  # type: ignore[attr-defined]
+            pending.add(task)
+            j += 1
+            if len(pending) >= 6:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                if not _record(done, ledger):
+                    break
+        if pending:
+            done, _ = await asyncio.wait(pending, timeout=20)
+            _record(done, ledger)
+        await asyncio.wait_for(producer.close(), 10)
+
+
+def _record(done: set[asyncio.Task], ledger: Ledger) -> bool:
+    """Notes acknowledgements; False once the node went away."""
+    ok = True
+    for task in done:
+        exc = task.exception()
+        if exc is None:
+            ledger.acked[task.bid] = task.result()[0].offset  # type: ignore[attr-defined]
+        else:
+            assert isinstance(exc, StreamingError), repr(exc)
+            ok = False
+    return ok
+
+
+async def _read_log(address: str, pch: str) -> list[ConsumedMessage]:
+    async with NodeClient(address) as c:
+        await c.wait_ready(30)
+        consumer = await c.consumer(pch, 1, DeliverPolicy.all())
+        end = consumer.next_offset
+        msgs = await read_through(consumer, end - 1, timeout=60) if end else []
+        await consumer.close()
+    return msgs
+
+
+def _check_log(msgs: list[ConsumedMessage], ledger: Ledger) -> dict[int, int]:
+    """Asserts every durability promise over the whole log; returns batch id -> offset."""
+    offsets = [m.offset for m in msgs]
+    assert offsets == list(range(len(msgs))), "offsets are not dense from 0"
+    ticks = [m.time_tick for m in msgs]
+    assert all(a < b for a, b in itertools.pairwise(ticks)), "ticks went back"
+    stored: dict[int, int] = {}
+    i = 0
+    while i < len(msgs):
+        m = msgs[i]
+        if is_tick(m):
+            i += 1
+            continue
+        bid, index = untag(m.payload)
+        assert index == 0, f"batch {bid:#x} starts at index {index} (offset {m.offset})"
+        assert bid in ledger.sizes, f"batch {bid:#x} was never sent"
+        assert bid not in stored, f"batch {bid:#x} stored twice"
+        size = ledger.sizes[bid]
+        part = msgs[i : i + size]
+        got = [untag(x.payload) if not is_tick(x) else None for x in part]
+        assert got == [(bid, k) for k in range(size)], f"batch {bid:#x} is not whole: {got}"
+        stored[bid] = m.offset
+        i += size
+    for bid, offset in ledger.acked.items():
+        assert bid in stored, f"acknowledged batch {bid:#x} is lost"
+        assert stored[bid] == offset, f"batch {bid:#x} acked at {offset}, stored at {stored[bid]}"
+    for pid, bids in ledger.order.items():  # one producer's batches keep their order
+        placed = [stored[b] for b in bids if b in stored]
+        assert placed == sorted(placed), f"producer {pid} batches out of order"
+    return stored
+
+
+async def test_kill_9_during_produce_loses_nothing_acknowledged(start_node, pchannel) -> None:
+    ledger = Ledger()
+    restarts: list[float] = []
+    node = start_node("n1")
+    async with NodeClient(node.address) as c:
+        await c.assign(pchannel, 1)
+    rng = random.Random(7)
+    for round_ in range(KILLS):
+        stop = asyncio.Event()
+        pumps = [
+            asyncio.ensure_future(_pump(node.address, pchannel, pid, round_, ledger, stop))
+            for pid in range(PRODUCERS)
+        ]
+        acked_before = len(ledger.acked)
+        deadline = time.monotonic() + 15
+        # Kill once this round has acknowledgements, a little later each time.
+        while len(ledger.acked) < acked_before + 20 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(rng.uniform(0.1, 0.6))
+        node.kill()
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*pumps), 60)
+        assert len(ledger.acked) > acked_before + 20, "producers made no progress"
+        started = time.monotonic()
+        node = start_node("n1")
+        restarts.append(time.monotonic() - started)
+        stored = _check_log(await _read_log(node.address, pchannel), ledger)
+        assert len(stored) >= len(ledger.acked)
+    # The pchannel still takes appends after all that, right after the old end.
+    async with NodeClient(node.address) as c:
+        producer = await c.producer(pchannel, 1)
+        r = await producer.send(tagged(0xFFFFFF, 0))
+        await producer.close()
+    msgs = await _read_log(node.address, pchannel)
+    assert msgs[-1].offset >= r.offset and msgs[r.offset].payload == tagged(0xFFFFFF, 0)
+    print(
+        f"batches acked {len(ledger.acked)}, stored unacked {len(set(stored) - set(ledger.acked))}"
+        f", sent {len(ledger.sizes)}, restarts {[round(s, 2) for s in restarts]} s"
+    )
+
+
+async def test_terms_and_fences_survive_restart(start_node, pchannel) -> None:
+    node = start_node("n1")
+    async with NodeClient(node.address) as c:
+        await c.assign(pchannel, 3)
+        producer = await c.producer(pchannel, 3)
+        before = await producer.send_many([b"x", b"y"])
+        await producer.close()
+    node.kill()
+    node = start_node("n1")
+    async with NodeClient(node.address) as c:
+        await c.wait_ready(30)
+        with pytest.raises(IgnoredOperation, match="term 3 already accepted"):
+            await c.assign(pchannel, 2)
+        await c.assign(pchannel, 3)  # same term: idempotent
+        with pytest.raises(UnmatchedChannelTerm):
+            await c.producer(pchannel, 2)
+        producer = await c.producer(pchannel, 3)
+        after = await producer.send(b"z")
+        await producer.close()
+        assert after.offset > before[-1].offset
+        assert after.time_tick > before[-1].time_tick
+        await c.remove(pchannel, 3)
+    node.kill()
+    node = start_node("n1")
+    async with NodeClient(node.address) as c:
+        await c.wait_ready(30)
+        with pytest.raises(ChannelFenced):
+            await c.producer(pchannel, 3)
+        with pytest.raises(ChannelFenced):
+            await c.consumer(pchannel, 3)
+        with pytest.raises(IgnoredOperation, match="released"):
+            await c.assign(pchannel, 3)
+        await c.assign(pchannel, 4)
+        producer = await c.producer(pchannel, 4)
+        later = await producer.send(b"w")
+        await producer.close()
+        assert later.offset > after.offset and later.time_tick > after.time_tick
+        consumer = await c.consumer(pchannel, 4, DeliverPolicy.all())
+        data = await read_data(consumer, 4)
+        await consumer.close()
+    assert [m.payload for m in data] == [b"x", b"y", b"z", b"w"]
+    assert [m.term for m in data] == [3, 3, 3, 4]
