@@ -1,0 +1,180 @@
+"""`streamwal bench compare`: streamwal, Redis Streams, NATS JetStream and the ceiling,
+each started here on loopback and measured by the same workloads in one run.
+
+Prints a table, writes a PNG plot, and prints one JSON object last (for scripts and CI).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+from streamwal.bench import ceiling, report, stats
+from streamwal.bench.runner import produce_key, run_system, steps
+from streamwal.bench.workloads import Plan, System
+from tqdm import tqdm
+
+PEERS = ("streamwal", "redis", "redis_always", "nats")
+
+
+def _systems(only: tuple[str, ...]) -> list[System]:
+    from streamwal.bench.peer_nats import NatsJetStream
+    from streamwal.bench.peer_redis import RedisStreams
+    from streamwal.bench.sys_streamwal import Streamwal
+
+    made = {
+        "streamwal": Streamwal,
+        "redis": RedisStreams,
+        "redis_always": lambda: RedisStreams("always"),
+        "nats": NatsJetStream,
+    }
+    return [made[n]() for n in PEERS if not only or n in only]
+
+
+def rocks_suite(plan: Plan, tick: Callable[[str], None]) -> dict[str, dict]:
+    """Raw rocksdict writes (per produce workload, and one key per message) and the
+    catch-up read, each in a fresh DB."""
+    out: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-rocksdict-") as tmp:
+        root = Path(tmp)
+        for size in plan.payload_sizes:
+            for producers in plan.producer_counts:
+                key = produce_key(size, producers)
+                out[f"write_{key}"] = ceiling.rocks_write(
+                    root / key,
+                    plan.produce_count,
+                    size,
+                    stats.batch_size(size),
+                    per_message_keys=False,
+                    seconds=plan.produce_seconds,
+                    records_per_sync=producers * plan.window,
+                )
+                tick(f"rocksdict writes {key}")
+        small = min(plan.payload_sizes)
+        out[f"write_key_per_message_{small}B"] = ceiling.rocks_write(
+            root / "keys",
+            plan.produce_count,
+            small,
+            stats.batch_size(small),
+            per_message_keys=True,
+            seconds=plan.produce_seconds,
+        )
+        tick("rocksdict key-per-message writes")
+        ceiling.rocks_write(
+            root / "read",
+            plan.consume_count,
+            small,
+            stats.batch_size(small),
+            per_message_keys=False,
+            seconds=plan.load_seconds,
+            records_per_sync=8,
+        )
+        out[f"read_record_{small}B"] = ceiling.rocks_read(
+            root / "read", per_message_keys=False, seconds=plan.consume_seconds
+        )
+        tick("rocksdict catch-up read")
+    return out
+
+
+def rocks_steps(plan: Plan) -> int:
+    return len(plan.payload_sizes) * len(plan.producer_counts) + 2
+
+
+async def run_compare(plan: Plan, only: tuple[str, ...], tick: Callable[[str], None]) -> dict:
+    """Every system in turn (one at a time: they share the machine), then the ceiling."""
+    systems: dict[str, dict] = {}
+    for system in _systems(only):
+        try:
+            systems[system.name] = await run_system(system, plan, tick)
+        except ModuleNotFoundError as err:  # streamwal's client not built yet
+            systems[system.name] = {
+                "error": f"not available: {err}",
+                "durability": system.durability,
+            }
+        except Exception as err:
+            systems[system.name] = {
+                "error": f"{type(err).__name__}: {err}",
+                "durability": system.durability,
+            }
+    if not only or "ceiling" in only:
+        noop = await run_system(ceiling.NoopGrpc(), plan, tick)
+        rocks = await asyncio.to_thread(rocks_suite, plan, tick)
+        systems["ceiling"] = report.ceiling_entry(noop, rocks)
+    vs = report.ratios(systems)
+    if vs:
+        systems["streamwal"]["vs"] = vs
+    return systems
+
+
+def _plan_name(quick: bool, smoke: bool) -> str:
+    return "smoke" if smoke else "quick" if quick else "full"
+
+
+@click.command("compare")
+@click.option("--quick", is_flag=True, help="Small counts: under a minute (CI smoke use).")
+@click.option("--smoke", is_flag=True, hidden=True, help="Even smaller: for the test suite.")
+@click.option(
+    "--out",
+    default="docs/benchmarks-compare.png",
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="Where to write the PNG plot.",
+)
+@click.option(
+    "--only",
+    multiple=True,
+    type=click.Choice([*PEERS, "ceiling"]),
+    help="Run only these systems (repeatable).",
+)
+def compare(quick: bool, smoke: bool, out: str, only: tuple[str, ...]) -> None:
+    """Side-by-side benchmark of streamwal, Redis Streams, NATS JetStream and the ceiling.
+
+    Each system is started here on loopback with its durability stated next to its
+    numbers; the same workloads run against each. Prints a table, writes a plot, and
+    prints one JSON object last.
+    """
+    import uvloop
+
+    # SIGTERM (a CI timeout, `timeout`) unwinds like Ctrl-C, so every server is stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    name = _plan_name(quick, smoke)
+    plan = Plan.named(name)
+    count = len(_systems(only)) + (1 if not only or "ceiling" in only else 0)
+    total = count * steps(plan) + (rocks_steps(plan) if not only or "ceiling" in only else 0)
+    started = time.time()
+    with tqdm(total=total, file=sys.stderr, unit="step", leave=False) as bar:
+
+        def tick(label: str) -> None:
+            bar.set_postfix_str(label, refresh=False)
+            bar.update()
+
+        systems = uvloop.run(run_compare(plan, only, tick))
+    click.echo(report.table(systems, plan.payload_sizes, plan.producer_counts))
+    title = (
+        f"streamwal bench compare ({name} plan, {time.strftime('%Y-%m-%d %H:%M')}, "
+        f"{time.time() - started:.0f} s)"
+    )
+    plotted = None
+    if any("error" not in e for e in systems.values()):
+        plotted = str(report.plot(systems, Path(out), title))
+        click.echo(f"plot: {plotted}")
+    failed = [n for n, e in systems.items() if "error" in e and "not available" not in e["error"]]
+    click.echo(
+        json.dumps(
+            {
+                "systems": systems,
+                "plan": name,
+                "plot": plotted,
+                "seconds": round(time.time() - started, 1),
+            }
+        )
+    )
+    if failed:
+        raise SystemExit(f"failed: {', '.join(failed)}")

@@ -1,0 +1,125 @@
+"""NATS JetStream as a peer: `nats-server -js` with file storage, client `nats-py`.
+
+Fastest honest use: `publish_async` for a whole batch of outstanding publishes, then
+wait for all their acks; reads through a pull consumer fetching batches, AckNone (a
+log reader that keeps its own position, as the other systems' readers do).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+from pathlib import Path
+
+import nats
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
+from streamwal.bench.procs import HOST, Server, free_port, port_open
+
+DURABILITY = (
+    "JetStream file storage, 1 replica: acked once written to the OS; "
+    "the server fsyncs on a timer (not per ack), so a machine crash may lose "
+    "recently acked messages"
+)
+
+
+def _subject(stream: str) -> str:
+    return f"bench.{stream}"
+
+
+class NatsProducer:
+    def __init__(self, nc, stream: str) -> None:
+        self._nc = nc
+        self._js = nc.jetstream(publish_async_max_pending=100_000)
+        self._subject = _subject(stream)
+
+    async def send_batch(self, payloads: list[bytes]) -> None:
+        futures = [await self._js.publish_async(self._subject, p) for p in payloads]
+        await asyncio.gather(*futures)
+
+    async def send_one(self, payload: bytes) -> None:
+        await self._js.publish(self._subject, payload)
+
+    async def close(self) -> None:
+        await self._nc.close()
+
+
+class NatsReader:
+    def __init__(self, nc, sub, batch: int) -> None:
+        self._nc = nc
+        self._sub = sub
+        self._batch = batch
+
+    async def next_batch(self, timeout: float) -> list[bytes]:
+        try:
+            msgs = await self._sub.fetch(self._batch, timeout=max(0.01, timeout))
+        except (TimeoutError, nats.errors.TimeoutError):
+            return []
+        return [m.data for m in msgs]
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._sub.unsubscribe()
+        await self._nc.close()
+
+
+class NatsJetStream:
+    """One nats-server per instance with JetStream's store in the work dir."""
+
+    name = "nats"
+    durability = DURABILITY
+
+    def __init__(self) -> None:
+        self._server: Server | None = None
+        self._url = ""
+        self._admin = None
+
+    async def _connect(self):
+        return await nats.connect(
+            self._url, max_reconnect_attempts=0, pending_size=64 * 1024 * 1024
+        )
+
+    async def start(self, workdir: Path) -> None:
+        binary = shutil.which("nats-server") or "/usr/sbin/nats-server"
+        port = free_port()
+        self._url = f"nats://{HOST}:{port}"
+        store = workdir / "jetstream"
+        store.mkdir(exist_ok=True)
+        self._server = Server(
+            self.name, [binary, "-js", "-a", HOST, "-p", str(port), "-sd", str(store)], workdir
+        )
+        self._server.start()
+        await self._server.wait_ready(lambda: port_open(port))
+        self._admin = await self._connect()
+
+    async def stop(self) -> None:
+        if self._admin is not None:
+            with contextlib.suppress(Exception):
+                await self._admin.close()
+            self._admin = None
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+    async def create_stream(self, stream: str) -> None:
+        js = self._admin.jetstream()
+        await js.add_stream(
+            StreamConfig(name=stream, subjects=[_subject(stream)], storage=StorageType.FILE)
+        )
+
+    async def drop_stream(self, stream: str) -> None:
+        with contextlib.suppress(nats.js.errors.NotFoundError):
+            await self._admin.jetstream().delete_stream(stream)
+
+    async def producer(self, stream: str) -> NatsProducer:
+        return NatsProducer(await self._connect(), stream)
+
+    async def reader(self, stream: str, batch: int) -> NatsReader:
+        nc = await self._connect()
+        sub = await nc.jetstream().pull_subscribe(
+            _subject(stream),
+            durable=None,
+            stream=stream,
+            config=ConsumerConfig(ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL),
+        )
+        return NatsReader(nc, sub, batch)

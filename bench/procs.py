@@ -1,0 +1,99 @@
+"""Servers the benchmark starts itself: free loopback ports, readiness, sure clean-up."""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+
+HOST = "127.0.0.1"
+_LIVE: set[Server] = set()
+
+
+@atexit.register
+def _stop_all() -> None:
+    """A benchmark cut short (Ctrl-C, SIGTERM, a crash) still leaves no server behind."""
+    for server in list(_LIVE):
+        server.stop(grace=2.0)
+
+
+def free_port() -> int:
+    """A port the kernel just handed out on loopback (free unless someone races us)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """One child process, its output in a log file, always killed on `stop`."""
+
+    def __init__(
+        self, name: str, argv: Sequence[str], workdir: Path, env: dict[str, str] | None = None
+    ) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.log_path = workdir / f"{name}.log"
+        self._env = {**os.environ, **(env or {})}
+        self._workdir = workdir
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        log = self.log_path.open("wb")
+        try:
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=self._workdir,
+                env=self._env,
+                start_new_session=True,
+            )
+        finally:
+            log.close()
+        _LIVE.add(self)
+
+    def log_tail(self, chars: int = 2000) -> str:
+        with contextlib.suppress(OSError):
+            return self.log_path.read_text(errors="replace")[-chars:]
+        return ""
+
+    async def wait_ready(self, probe: Callable[[], Awaitable[bool]], timeout: float = 20.0) -> None:
+        """Polls `probe` until it answers True; a process that exits early fails fast."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is None or self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited during start-up:\n{self.log_tail()}")
+            with contextlib.suppress(OSError, asyncio.TimeoutError, ConnectionError):
+                if await probe():
+                    return
+            await asyncio.sleep(0.05)
+        raise TimeoutError(f"{self.name} not ready after {timeout} s:\n{self.log_tail()}")
+
+    def stop(self, grace: float = 5.0) -> None:
+        """SIGTERM, then SIGKILL after `grace` seconds; safe to call twice."""
+        proc, self.proc = self.proc, None
+        _LIVE.discard(self)
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(grace)
+
+
+async def port_open(port: int) -> bool:
+    """True once something accepts TCP connections on the loopback port."""
+    _, writer = await asyncio.wait_for(asyncio.open_connection(HOST, port), 1.0)
+    writer.close()
+    with contextlib.suppress(Exception):
+        await writer.wait_closed()
+    return True

@@ -1,0 +1,87 @@
+"""Runs every workload against one system and folds the results into its report entry."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from streamwal.bench import workloads as wl
+from streamwal.bench.workloads import Plan, System
+
+
+def steps(plan: Plan) -> int:
+    """Progress steps per system: produce runs, latency, load, catch-up, e2e."""
+    return len(plan.payload_sizes) * len(plan.producer_counts) + 4
+
+
+def produce_key(size: int, producers: int) -> str:
+    return f"{size}B_x{producers}"
+
+
+async def run_system(
+    system: System, plan: Plan, tick: Callable[[str], None], workdir: Path | None = None
+) -> dict:
+    """Starts `system` in a fresh temp dir, runs the workloads, always stops it."""
+    with tempfile.TemporaryDirectory(prefix=f"bench-{system.name}-", dir=workdir) as tmp:
+        await system.start(Path(tmp))
+        try:
+            return await _workloads(system, plan, tick)
+        finally:
+            await system.stop()
+
+
+async def _fresh(system: System, stream: str) -> str:
+    await system.create_stream(stream)
+    return stream
+
+
+async def _workloads(system: System, plan: Plan, tick: Callable[[str], None]) -> dict:
+    produce: dict[str, dict] = {}
+    for size in plan.payload_sizes:
+        for producers in plan.producer_counts:
+            key = produce_key(size, producers)
+            stream = await _fresh(system, f"tput-{size}-{producers}")
+            produce[key] = await wl.produce_throughput(system, stream, plan, size, producers)
+            await system.drop_stream(stream)
+            tick(f"{system.name} produce {key}")
+
+    stream = await _fresh(system, "latency")
+    latency = await wl.produce_latency(system, stream, plan)
+    await system.drop_stream(stream)
+    tick(f"{system.name} produce latency")
+
+    stream = await _fresh(system, "catchup")
+    loaded = await wl.load(system, stream, plan.consume_count, plan.load_seconds)
+    tick(f"{system.name} load {loaded}")
+    consume = await wl.catch_up(system, stream, loaded, plan)
+    await system.drop_stream(stream)
+    tick(f"{system.name} catch-up")
+
+    stream = await _fresh(system, "e2e")
+    e2e = await wl.end_to_end(system, stream, plan)
+    await system.drop_stream(stream)
+    tick(f"{system.name} e2e")
+    return summarize(system.durability, produce, latency, consume, e2e)
+
+
+def summarize(
+    durability: str, produce: dict[str, dict], latency: dict, consume: dict, e2e: dict
+) -> dict:
+    """The report entry: headline numbers first, the detail of each workload after."""
+    small = min(int(k.split("B_")[0]) for k in produce)
+    best_small = max(v["msgs_per_s"] for k, v in produce.items() if k.startswith(f"{small}B_"))
+    return {
+        "produce_msgs_per_s": best_small,
+        "produce_p50_ms": latency["p50_ms"],
+        "produce_p99_ms": latency["p99_ms"],
+        "produce_p999_ms": latency["p999_ms"],
+        "consume_msgs_per_s": consume["msgs_per_s"],
+        "e2e_p50_ms": e2e["p50_ms"],
+        "e2e_p99_ms": e2e["p99_ms"],
+        "durability": durability,
+        "produce": produce,
+        "latency": latency,
+        "consume": consume,
+        "e2e": e2e,
+    }

@@ -1,0 +1,65 @@
+"""`streamwal bench compare` end to end, at its smallest: real servers, real clients.
+
+Runs the command as a user would (its own process, every peer started by it) and checks
+what scripts and CI rely on: one JSON object last on stdout, an entry per system with
+positive numbers and a stated durability, and a PNG plot.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SYSTEMS = ("streamwal", "redis", "redis_always", "nats", "ceiling")
+NUMBERS = ("produce_msgs_per_s", "produce_p99_ms", "consume_msgs_per_s", "e2e_p99_ms")
+
+
+def _streamwal() -> str:
+    beside = Path(sys.executable).with_name("streamwal")
+    return str(beside) if beside.exists() else "streamwal"
+
+
+@pytest.mark.timeout(90)
+def test_compare_smoke_prints_a_table_then_the_json_of_every_system(tmp_path):
+    plot = tmp_path / "compare.png"
+    proc = subprocess.Popen(
+        [_streamwal(), "bench", "compare", "--smoke", "--out", str(plot)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
+    try:
+        out, err = proc.communicate(timeout=75)
+    finally:
+        if proc.poll() is None:  # SIGTERM lets the benchmark stop the servers it started
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.communicate(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+    assert proc.returncode == 0, err[-3000:]
+
+    lines = out.strip().splitlines()
+    result = json.loads(lines[-1])
+    assert "durability (what an ack means):" in out  # the table came first
+    assert set(SYSTEMS) <= set(result["systems"])
+    for name in SYSTEMS:
+        entry = result["systems"][name]
+        assert "error" not in entry, (name, entry)
+        for key in NUMBERS:
+            assert entry[key] > 0, (name, key, entry[key])
+        assert entry["durability"].strip(), name
+        for run in entry["produce"].values():
+            assert run["msgs_per_s"] > 0, (name, run)
+        if "consume" in entry:  # every stored message was read back
+            assert entry["consume"]["count"] == entry["consume"]["expected"], name
+    sw = result["systems"]["streamwal"]
+    assert sw["vs"]["produce_x_redis"] > 0
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
