@@ -1,0 +1,336 @@
+"""Bad input gets a clear error, and the node keeps serving everyone else, losing nothing.
+
+Each test runs a bystander (a producer and a consumer on another pchannel) for its whole
+length; at teardown the bystander must have had every batch acknowledged and consumed, in
+order, and the node must still answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import grpc
+import pytest
+from grpc import aio
+from streamwal.client import encoding
+from streamwal.client.node_client import NodeClient
+from streamwal.client.policy import DeliverFilter, DeliverPolicy
+from streamwal.errors import Code, InvalidArgument
+from streamwal.grpc_errors import from_trailing
+from streamwal.node.local import LocalNode
+from streamwal.proto import streaming_pb2 as pb
+from streamwal.transport import make_channel
+
+from tests.node.helpers import HANDLER, read_data
+
+MANAGER = "/milvus.proto.streaming.StreamingNodeManagerService/"
+MIB = 1024 * 1024
+
+
+class Bystander:
+    """Produces a batch every few milliseconds and reads it back, on its own pchannel."""
+
+    def __init__(self, client: NodeClient) -> None:
+        self.client = client
+        self.acked: list[bytes] = []
+        self.stop = asyncio.Event()
+
+    async def run(self) -> None:
+        await self.client.assign("bystander", 1)
+        producer = await self.client.producer("bystander", 1)
+        i = 0
+        while not self.stop.is_set() and i < 2000:
+            payloads = [b"by%d.%d" % (i, k) for k in range(5)]
+            await asyncio.wait_for(producer.send_many(payloads), 10)
+            self.acked += payloads
+            i += 1
+            await asyncio.sleep(0.01)
+        await producer.close()
+
+    async def verify(self) -> None:
+        assert len(self.acked) >= 25, "the bystander barely ran: the node stalled"
+        consumer = await self.client.consumer("bystander", 1, DeliverPolicy.all())
+        got = await read_data(consumer, len(self.acked), timeout=30)
+        await consumer.close()
+        assert [m.payload for m in got] == self.acked
+
+
+@pytest.fixture
+async def bystander(client: NodeClient) -> AsyncIterator[Bystander]:
+    b = Bystander(client)
+    task = asyncio.ensure_future(b.run())
+    await asyncio.sleep(0.2)
+    yield b
+    b.stop.set()
+    await asyncio.wait_for(task, 30)
+    await b.verify()
+    states = await client.component_states()
+    assert states.state.state_code == 1  # Healthy
+
+
+def _raw_stream(address: str, method: str, metadata=()) -> tuple[aio.Channel, aio.StreamStreamCall]:
+    channel = make_channel(address)
+    call = channel.stream_stream(
+        HANDLER + method, request_serializer=None, response_deserializer=None
+    )(metadata=metadata)
+    return channel, call
+
+
+async def _status(call) -> tuple[grpc.StatusCode, str, object]:
+    """Reads until the call ends; its status, details and StreamingError (if any)."""
+    with contextlib.suppress(grpc.aio.AioRpcError):
+        for _ in range(1000):
+            if await asyncio.wait_for(call.read(), 10) is aio.EOF:
+                break
+    code = await call.code()
+    return code, await call.details(), from_trailing(await call.trailing_metadata())
+
+
+def _producer_header(pch: str, term: int = 1) -> tuple[tuple[str, bytes]]:
+    return (
+        (
+            "create-producer-bin",
+            pb.CreateProducerRequest(
+                pchannel=pb.PChannelInfo(name=pch, term=term)
+            ).SerializeToString(),
+        ),
+    )
+
+
+def _consumer_header(pch: str, term: int = 1, **kw) -> tuple[tuple[str, bytes]]:
+    req = pb.CreateConsumerRequest(pchannel=pb.PChannelInfo(name=pch, term=term), **kw)
+    return (("create-consumer-bin", req.SerializeToString()),)
+
+
+async def _ready_producer(address: str, pch: str):
+    channel, call = _raw_stream(address, "Produce", _producer_header(pch))
+    first = pb.ProduceResponse.FromString(await asyncio.wait_for(call.read(), 10))
+    assert first.WhichOneof("response") == "create"
+    return channel, call
+
+
+# -- frames and headers ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("garbage", [b"\xff\xff\xff\xff", b"\x12\x80", b"R\x05\x08"])
+async def test_malformed_produce_frame(
+    node: LocalNode, client, bystander, pchannel, garbage
+) -> None:
+    await client.assign(pchannel, 1)
+    channel, call = await _ready_producer(node.address, pchannel)
+    await call.write(garbage)
+    code, details, err = await _status(call)
+    await channel.close()
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "malformed ProduceRequest frame" in details
+    assert isinstance(err, InvalidArgument)
+
+
+async def test_malformed_consume_frame(node: LocalNode, client, bystander, pchannel) -> None:
+    await client.assign(pchannel, 1)
+    channel, call = _raw_stream(node.address, "Consume", _consumer_header(pchannel))
+    await asyncio.wait_for(call.read(), 10)  # create
+    await call.write(b"\xff\xff\xff")
+    code, details, err = await _status(call)
+    await channel.close()
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "malformed ConsumeRequest frame" in details and isinstance(err, InvalidArgument)
+
+
+async def test_empty_consume_request(node: LocalNode, client, bystander, pchannel) -> None:
+    await client.assign(pchannel, 1)
+    channel, call = _raw_stream(node.address, "Consume", _consumer_header(pchannel))
+    await asyncio.wait_for(call.read(), 10)
+    await call.write(b"")
+    code, details, _ = await _status(call)
+    await channel.close()
+    assert (code, "empty ConsumeRequest" in details) == (grpc.StatusCode.INVALID_ARGUMENT, True)
+
+
+@pytest.mark.parametrize("method", ["Produce", "Consume"])
+async def test_missing_header(node: LocalNode, bystander, method) -> None:
+    channel, call = _raw_stream(node.address, method)
+    code, details, err = await _status(call)
+    await channel.close()
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    key = "create-producer-bin" if method == "Produce" else "create-consumer-bin"
+    assert f"missing {key} header" in details
+    assert isinstance(err, InvalidArgument)
+
+
+@pytest.mark.parametrize("method", ["Produce", "Consume"])
+async def test_garbled_header(node: LocalNode, bystander, method) -> None:
+    key = "create-producer-bin" if method == "Produce" else "create-consumer-bin"
+    channel, call = _raw_stream(node.address, method, ((key, b"\x0a\xff\xff\xff\xff"),))
+    code, details, err = await _status(call)
+    await channel.close()
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert f"garbled {key} header" in details and isinstance(err, InvalidArgument)
+
+
+async def test_malformed_unary_request(node: LocalNode, bystander) -> None:
+    channel = make_channel(node.address)
+    call = channel.unary_unary(
+        MANAGER + "Assign", request_serializer=None, response_deserializer=None
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await call(b"\xff\xff\xff")
+    await channel.close()
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "malformed StreamingNodeManagerAssignRequest" in info.value.details()
+
+
+# -- produce requests --------------------------------------------------------------------
+
+
+async def test_bad_requests_on_one_stream_get_errors_and_the_stream_goes_on(
+    node: LocalNode, client, bystander, pchannel
+) -> None:
+    """Per-request errors (empty batch, malformed batch, oversized) answer that request only."""
+    await client.assign(pchannel, 1)
+    channel, call = await _ready_producer(node.address, pchannel)
+    big = encoding.encode_entry(b"x" * (4 * MIB + 1))
+    ok1 = encoding.encode_entry(b"good-1")
+    ok2 = encoding.encode_entry(b"good-2")
+    frames = {
+        1: encoding.produce_batch_frame(1, ok1),
+        2: encoding.produce_batch_frame(2, b""),  # empty batch
+        3: encoding.produce_batch_frame(3, b"\x0a\xff\xff"),  # malformed MessageBatch
+        4: encoding.produce_batch_frame(4, ok1 + big),  # one message over 4 MiB
+        5: pb.ProduceRequest(
+            produce=pb.ProduceMessageRequest(
+                request_id=5, message=pb.Message(payload=b"y" * (4 * MIB + 1))
+            )
+        ).SerializeToString(),
+        6: encoding.produce_batch_frame(6, ok2),
+    }
+    for frame in frames.values():
+        await call.write(frame)
+    answers = {}
+    for _ in frames:
+        resp = pb.ProduceResponse.FromString(await asyncio.wait_for(call.read(), 20))
+        kind = resp.WhichOneof("response")
+        r = getattr(resp, kind)
+        answers[r.request_id] = r
+    await call.write(encoding.close_frame())
+    closing = pb.ProduceResponse.FromString(await asyncio.wait_for(call.read(), 10))
+    assert closing.WhichOneof("response") == "close"
+    await channel.close()
+
+    assert answers[1].WhichOneof("response") == "result"
+    assert answers[6].WhichOneof("response") == "result"
+    expected = {
+        2: "empty batch",
+        3: "malformed MessageBatch",
+        4: "message 1 of the batch is",
+        5: "over the 4194304-byte limit",
+    }
+    for rid, text in expected.items():
+        assert answers[rid].WhichOneof("response") == "error", rid
+        assert answers[rid].error.code == Code.STREAMING_CODE_INVAILD_ARGUMENT, rid
+        assert text in answers[rid].error.cause, (rid, answers[rid].error.cause)
+    # Only the good messages are in the log, nothing of the rejected ones.
+    consumer = await client.consumer(pchannel, 1, DeliverPolicy.all())
+    got = await read_data(consumer, 2)
+    assert [m.payload for m in got] == [b"good-1", b"good-2"]
+    producer = await client.producer(pchannel, 1)
+    marker = await producer.send(b"marker")
+    after = await read_data(consumer, 1)
+    assert after[0].offset == marker.offset and after[0].payload == b"marker"
+    await consumer.close()
+    await producer.close()
+
+
+async def test_empty_produce_request_ends_the_stream(
+    node: LocalNode, client, bystander, pchannel
+) -> None:
+    await client.assign(pchannel, 1)
+    channel, call = await _ready_producer(node.address, pchannel)
+    await call.write(b"")
+    code, details, err = await _status(call)
+    await channel.close()
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "empty ProduceRequest" in details
+    assert isinstance(err, InvalidArgument)
+
+
+async def test_messages_at_the_default_limit_are_accepted(client, bystander, pchannel) -> None:
+    await client.assign(pchannel, 1)
+    producer = await client.producer(pchannel, 1)
+    r = await producer.send(b"z" * (4 * MIB - 16))
+    consumer = await client.consumer(pchannel, 1, DeliverPolicy.all())
+    got = await read_data(consumer, 1)
+    assert got[0].offset == r.offset and len(got[0].payload) == 4 * MIB - 16
+    await consumer.close()
+    await producer.close()
+
+
+async def test_configured_message_limit(start_node, pchannel) -> None:
+    node = start_node("small", "--max-message-size", "1KiB")
+    async with NodeClient(node.address) as c:
+        await c.assign(pchannel, 1)
+        producer = await c.producer(pchannel, 1)
+        ok = await producer.send(b"a" * 1000)
+        with pytest.raises(InvalidArgument, match="over the 1024-byte limit"):
+            await producer.send_many([b"b" * 10, b"c" * 1100])
+        # A producer whose batch was rejected is not broken; the batch left no trace.
+        ok2 = await producer.send_many([b"d" * 1000, b"e" * 1000])
+        assert ok2[0].offset == ok.offset + 1
+        consumer = await c.consumer(pchannel, 1, DeliverPolicy.all())
+        got = await read_data(consumer, 3)
+        assert [m.payload[:1] for m in got] == [b"a", b"d", b"e"]
+        await consumer.close()
+        await producer.close()
+
+
+# -- consumer headers and names ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kw", "text"),
+    [
+        (
+            {"deliver_policy": pb.DeliverPolicy(start_from=pb.MessageID(id=b"\x01\x02"))},
+            "bad MessageID",
+        ),
+        ({"deliver_policy": DeliverPolicy.start_from(10**6)}, "past the end of the log"),
+        (
+            {"deliver_filters": [DeliverFilter.vchannel("a"), DeliverFilter.vchannel("b")]},
+            "at most one vchannel",
+        ),
+        ({"deliver_filters": [pb.DeliverFilter()]}, "empty DeliverFilter"),
+    ],
+    ids=["bad-id", "past-end", "two-vchannels", "empty-filter"],
+)
+async def test_bad_consumer_headers(node: LocalNode, client, bystander, pchannel, kw, text) -> None:
+    await client.assign(pchannel, 1)
+    channel, call = _raw_stream(node.address, "Consume", _consumer_header(pchannel, **kw))
+    code, details, err = await _status(call)
+    await channel.close()
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and text in details
+    assert isinstance(err, InvalidArgument)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["", "a\0b", "x" * 201, "bad\nname", "tab\tname"],
+    ids=["empty", "nul", "long", "newline", "tab"],
+)
+async def test_invalid_pchannel_names(client, bystander, name) -> None:
+    with pytest.raises(InvalidArgument, match="invalid pchannel name"):
+        await client.assign(name, 1)
+    status = await client.collect_status()
+    assert name not in [s.pchannel.name for s in status.channels]
+
+
+async def test_unusual_but_valid_names_work(client, bystander) -> None:
+    for name in ("ünïcode-名前", "a" * 200, "by"):  # "by" is a prefix of the bystander's name
+        await client.assign(name, 1)
+        producer = await client.producer(name, 1)
+        r = await producer.send(name.encode())
+        consumer = await client.consumer(name, 1, DeliverPolicy.all())
+        got = await read_data(consumer, 1)
+        assert (got[0].offset, got[0].payload) == (r.offset, name.encode())
+        await consumer.close()
+        await producer.close()
