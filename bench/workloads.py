@@ -80,8 +80,14 @@ class Plan:
     @staticmethod
     def named(name: str) -> Plan:
         if name == "full":
+            # Worst case (every cap hit) ~100 s per system, ~9 min for five; typical ~6 min.
             return Plan(
-                produce_count=300_000, produce_seconds=6.0, latency_seconds=10.0, e2e_seconds=6.0
+                produce_count=300_000,
+                produce_seconds=5.0,
+                latency_seconds=8.0,
+                load_seconds=40.0,
+                consume_seconds=30.0,
+                e2e_seconds=5.0,
             )
         if name == "quick":
             return Plan(
