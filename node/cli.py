@@ -39,6 +39,12 @@ from streamwal.units import parse_duration_ms, parse_size
     help="Default max bytes per pchannel, e.g. 10GiB (0: unlimited).",
 )
 @click.option(
+    "--retention-check-interval",
+    default="5s",
+    show_default=True,
+    help="How often retention bounds are applied.",
+)
+@click.option(
     "--port-file",
     default=None,
     help="Write the bound port here once serving (for --listen HOST:0).",
@@ -54,6 +60,7 @@ def node(
     time_tick_interval: str,
     retention_age: str,
     retention_size: str,
+    retention_check_interval: str,
     port_file: str | None,
     log_level: str,
 ) -> None:
@@ -71,6 +78,7 @@ def node(
         time_tick_interval_s=parse_duration_ms(time_tick_interval) / 1000,
         default_retention_age_ms=parse_duration_ms(retention_age),
         default_retention_bytes=parse_size(retention_size),
+        retention_check_interval_s=parse_duration_ms(retention_check_interval) / 1000,
         port_file=port_file,
     )
     _run(NodeServer(config).serve_forever())
