@@ -1,0 +1,107 @@
+"""Prometheus metrics of a real node after real traffic, read from its /metrics endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
+from streamwal.client.node_client import NodeClient
+from streamwal.client.policy import DeliverPolicy
+
+from tests.node.helpers import read_data
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _scrape(port: int) -> dict[tuple[str, tuple], float]:
+    """Every sample as {(name, sorted labels): value}."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def _value(samples, name: str, **labels) -> float:
+    key = (name, tuple(sorted(labels.items())))
+    assert key in samples, f"{name}{labels} not exported; have {sorted({k[0] for k in samples})}"
+    return samples[key]
+
+
+async def _eventually(check, timeout: float = 10.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return await asyncio.to_thread(check)
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.1)
+
+
+async def test_metrics_after_traffic(start_node, pchannel) -> None:
+    port = _free_port()
+    node = start_node("n1", "--metrics", f"127.0.0.1:{port}")
+    p = pchannel
+    count, size = 3000, 8192
+    async with NodeClient(node.address) as c:
+        await c.assign(p, 2)
+        producer = await c.producer(p, 2)
+        stalled = await c.consumer(p, 2, DeliverPolicy.all())
+        follower = await c.consumer(p, 2, DeliverPolicy.all())
+        first = await producer.send(b"first")
+        assert (await read_data(stalled, 1))[0].offset == first.offset  # then it stops reading
+        for _ in range(count // 100):
+            await producer.send_many([b"m" * size] * 100)
+        await read_data(follower, count + 1, timeout=30)
+
+        def busy() -> None:
+            m = _scrape(port)
+            assert _value(m, "streamwal_appended_messages_total", pchannel=p) >= count + 1
+            assert _value(m, "streamwal_appended_bytes_total", pchannel=p) >= count * size
+            assert _value(m, "streamwal_active_producers", pchannel=p) == 1
+            assert _value(m, "streamwal_active_consumers", pchannel=p) == 2
+            assert _value(m, "streamwal_pchannel_term", pchannel=p) == 2
+            assert _value(m, "streamwal_log_size_bytes", pchannel=p) >= count * size
+            assert _value(m, "streamwal_log_end_offset", pchannel=p) >= count + 1
+            # The stalled consumer is far behind the log end.
+            assert _value(m, "streamwal_consumer_lag_messages", pchannel=p) >= count // 2
+            records = _value(m, "streamwal_append_latency_seconds_count")
+            assert records >= count / 100
+            mean = _value(m, "streamwal_append_latency_seconds_sum") / records
+            assert 0 < mean < 1.0
+            assert _value(m, "streamwal_append_latency_seconds_bucket", le="+Inf") == records
+            writes = _value(m, "streamwal_fsync_latency_seconds_count")
+            assert 1 <= writes <= records  # group commit: never more writes than records
+            assert 0 < _value(m, "streamwal_fsync_latency_seconds_sum") / writes < 1.0
+
+        await _eventually(busy)
+        await read_data(stalled, count, timeout=60)  # it catches up: lag falls
+        await producer.send(b"last")
+        await read_data(follower, 1)
+        await read_data(stalled, 1)
+
+        def caught_up() -> None:
+            m = _scrape(port)
+            assert _value(m, "streamwal_consumer_lag_messages", pchannel=p) <= 2
+
+        await _eventually(caught_up)
+        await producer.close()
+        await stalled.close()
+        await follower.close()
+
+        def idle() -> None:
+            m = _scrape(port)
+            assert _value(m, "streamwal_active_producers", pchannel=p) == 0
+            assert _value(m, "streamwal_active_consumers", pchannel=p) == 0
+
+        await _eventually(idle)
