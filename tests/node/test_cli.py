@@ -1,0 +1,116 @@
+"""The `streamwal` command line against a real node, run as a user would (subprocesses)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from streamwal.node.local import LocalNode
+
+STREAMWAL = str(Path(sys.executable).parent / "streamwal")
+
+
+def run(*args: str, stdin: str | None = None, ok: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [STREAMWAL, *args], input=stdin, capture_output=True, text=True, timeout=90
+    )
+    if ok:
+        assert proc.returncode == 0, f"{args}: {proc.stderr[-2000:]}"
+    return proc
+
+
+def test_help() -> None:
+    top = run("--help").stdout
+    for command in ("node", "produce", "consume"):
+        assert command in top
+    node = run("node", "--help").stdout
+    for flag in (
+        "--listen",
+        "--data-dir",
+        "--metrics",
+        "--node-id",
+        "--durability",
+        "--max-message-size",
+        "--time-tick-interval",
+        "--retention-check-interval",
+        "--port-file",
+    ):
+        assert flag in node, flag
+    assert "--progress" in run("produce", "--help").stdout
+    assert "--vchannel" in run("consume", "--help").stdout
+
+
+def test_node_without_data_dir_is_a_usage_error() -> None:
+    proc = run("node", ok=False)
+    assert proc.returncode == 2 and "--data-dir" in proc.stderr
+
+
+def test_produce_and_consume(node: LocalNode) -> None:
+    addr = ["--node", node.address, "--pchannel", "cli", "--term", "1"]
+    proc = run("produce", *addr, "--assign", "--count", "5000", "--size", "64", "--progress")
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["messages"] == 5000
+    assert (summary["first_offset"], summary["last_offset"]) == (0, 4999)
+    assert summary["msgs_per_s"] > 0
+    assert "5000/5000" in proc.stderr  # the progress bar
+    lines = run("produce", *addr, "--vchannel", "cli_v1", "--no-progress", stdin="a\nb\nc\n")
+    summary = json.loads(lines.stdout.strip().splitlines()[-1])
+    assert summary["messages"] == 3 and summary["first_offset"] >= 5000
+    start = summary["first_offset"]
+
+    out = run("consume", *addr, "--count", "5003").stdout.splitlines()
+    msgs = [json.loads(line) for line in out]
+    assert len(msgs) == 5003
+    assert [m["payload"] for m in msgs[-3:]] == ["a", "b", "c"]
+    assert msgs[0]["payload"] == "x" * 64 and msgs[0]["offset"] == 0
+    assert all(m["properties"]["_vc"] == "cli_v1" for m in msgs[-3:])
+    assert all(m["term"] == 1 and int(m["properties"]["_tt"]) == m["time_tick"] for m in msgs)
+    offsets = [m["offset"] for m in msgs]
+    assert offsets == sorted(offsets)
+
+    raw = run("consume", *addr, "--from", str(start), "--count", "3", "--format", "raw")
+    assert raw.stdout == "a\nb\nc\n"
+    after = run("consume", *addr, "--after", str(start), "--count", "2", "--format", "raw")
+    assert after.stdout == "b\nc\n"
+    vc = run("consume", *addr, "--vchannel", "cli_v1", "--count", "3", "--format", "raw")
+    assert vc.stdout == "a\nb\nc\n"
+    ticks = run("consume", *addr, "--from", str(start), "--count", "4", "--time-ticks")
+    assert len(ticks.stdout.splitlines()) == 4
+
+
+def test_cli_errors_are_clear(node: LocalNode) -> None:
+    proc = run("produce", "--node", node.address, "--pchannel", "nope", "--term", "1",
+               "--count", "1", ok=False)  # fmt: skip
+    assert proc.returncode != 0
+    assert "CHANNEL_NOT_EXIST" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run("consume", "--node", node.address, "--pchannel", "nope", "--term", "1",
+               "--count", "1", ok=False)  # fmt: skip
+    assert proc.returncode != 0 and "CHANNEL_NOT_EXIST" in proc.stderr
+    proc = run("consume", "--node", node.address, "--pchannel", "x", "--term", "1",
+               "--from", "soon", ok=False)  # fmt: skip
+    assert proc.returncode == 2 and "all, latest or an offset" in proc.stderr
+
+
+def test_sync_client(node: LocalNode) -> None:
+    sync = pytest.importorskip("streamwal.client.sync")
+    client = sync.SyncNodeClient(node.address)
+    try:
+        client.assign("sync", 1)
+        with client.producer("sync", 1) as producer:
+            first = producer.send(b"one", vchannel="sync_v1")
+            rest = producer.send_many([b"two", b"three"])
+        assert [r.offset for r in rest] == [first.offset + 1, first.offset + 2]
+        consumer = client.consumer("sync", 1, timeout=10)
+        got = []
+        for m in consumer:
+            if m.msg_type != 1200:
+                got.append(m)
+            if len(got) == 3:
+                break
+        assert [m.payload for m in got] == [b"one", b"two", b"three"]
+        assert got[0].vchannel == "sync_v1"
+    finally:
+        client.close()
