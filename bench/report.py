@@ -129,7 +129,7 @@ def plot(systems: dict[str, dict], out: Path, title: str) -> Path:
         "catch-up consume": [systems[n]["consume_msgs_per_s"] for n in names],
     }
     lat = {
-        key: [systems[n][key] for n in names]
+        key.removesuffix("_ms").replace("_", " ") + " (ms)": [systems[n][key] for n in names]
         for key in (
             "produce_p50_ms",
             "produce_p99_ms",
