@@ -1,0 +1,97 @@
+"""Time ticks on a real node: idle pchannels keep ticking, and consumers may skip the ticks."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+
+from streamwal.client.node_client import NodeClient
+from streamwal.client.policy import DeliverFilter, DeliverPolicy
+from streamwal.node.clock import physical_ms
+
+from tests.node.helpers import RawConsumer, is_tick, read_data
+
+
+async def test_idle_pchannel_ticks_and_tick_filters_progress(client, node, pchannel) -> None:
+    await client.assign(pchannel, 1)
+    producer = await client.producer(pchannel, 1)
+    r = await producer.send(b"only")
+    # A time-tick consumer past the only message still sees time move (default 200 ms).
+    consumer = await client.consumer(
+        pchannel, 1, DeliverPolicy.all(), [DeliverFilter.time_tick_gt(r.time_tick)]
+    )
+    ticks = []
+    deadline = time.monotonic() + 10
+    async for m in consumer:
+        assert is_tick(m) and m.time_tick > r.time_tick, m
+        assert "_vc" not in m.properties and m.properties["_t"] == "1200"
+        ticks.append(m.time_tick)
+        if len(ticks) == 4 or time.monotonic() > deadline:
+            break
+    await consumer.close()
+    assert len(ticks) == 4 and ticks == sorted(ticks)
+    gaps = [physical_ms(b) - physical_ms(a) for a, b in itertools.pairwise(ticks)]
+    assert all(100 <= g <= 1500 for g in gaps), gaps
+    assert abs(physical_ms(ticks[-1]) - time.time() * 1000) < 5000
+    # A seed-style consumer gets ticks as ordinary messages with `_t` = 1200.
+    raw = RawConsumer(node.address, pchannel, 1, DeliverPolicy.start_after(r.offset))
+    await raw.open()
+    m = await raw.next(5)
+    assert m.is_tick and int(m.properties["_tt"]) > r.time_tick
+    await raw.close()
+    await producer.close()
+
+
+async def test_busy_pchannel_does_not_get_ticks_between_appends(start_node, pchannel) -> None:
+    node = start_node("n1", "--time-tick-interval", "300ms")
+    async with NodeClient(node.address) as c:
+        await c.assign(pchannel, 1)
+        producer = await c.producer(pchannel, 1)
+        first = await producer.send(b"0")
+        for i in range(1, 20):
+            await producer.send(b"%d" % i)
+            await asyncio.sleep(0.02)
+        consumer = await c.consumer(pchannel, 1, DeliverPolicy.start_from(first.offset))
+        msgs = []
+        async for m in consumer:
+            msgs.append(m)
+            if len([x for x in msgs if not is_tick(x)]) == 20:
+                break
+        await consumer.close()
+        await producer.close()
+    assert not [m for m in msgs if is_tick(m)], "ticks appended while the pchannel was busy"
+
+
+async def test_consumer_can_skip_time_ticks(client, pchannel) -> None:
+    await client.assign(pchannel, 1)
+    producer = await client.producer(pchannel, 1)
+    await producer.send(b"a", vchannel=pchannel + "_v1")
+    await asyncio.sleep(0.7)  # a few ticks land in between
+    await producer.send(b"b", vchannel=pchannel + "_v2")
+    await producer.send(b"c", vchannel=pchannel + "_v1")
+    for filters, expected in (
+        ([], [b"a", b"b", b"c"]),
+        ([DeliverFilter.vchannel(pchannel + "_v1")], [b"a", b"c"]),
+    ):
+        consumer = await client.consumer(
+            pchannel, 1, DeliverPolicy.all(), filters, time_ticks=False
+        )
+        got = []
+
+        async def take(consumer=consumer, got=got) -> None:
+            async for m in consumer:
+                got.append(m)
+                if m.payload == b"c":
+                    return
+
+        await asyncio.wait_for(take(), 10)
+        await consumer.close()
+        assert [m.payload for m in got] == expected
+        offsets = [m.offset for m in got]
+        assert offsets == sorted(offsets) and offsets[-1] - offsets[0] > len(got) - 1  # gaps
+    with_ticks = await client.consumer(pchannel, 1, DeliverPolicy.all())
+    seen = await read_data(with_ticks, 3)
+    await with_ticks.close()
+    assert [m.payload for m in seen] == [b"a", b"b", b"c"]
+    await producer.close()
