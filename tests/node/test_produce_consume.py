@@ -415,3 +415,23 @@ def test_dataset_node_log_is_clean(dataset) -> None:
     node, _ = dataset
     log = Path(node.log_path).read_text()
     assert "Traceback" not in log, log[-3000:]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG (to decide): the node treats a half-closed request stream (client done "
+    "writing, no CloseConsumerRequest) as a close, so a seed client that never sends "
+    "requests, e.g. stub.Consume(iter(()), metadata=...), stops tailing after catch-up. "
+    "gRPC half-close only means 'no more requests'; fix in NodeService._await_close.",
+)
+async def test_half_closed_consumer_keeps_tailing(client, node, pchannel) -> None:
+    await client.assign(pchannel, 1)
+    producer = await client.producer(pchannel, 1)
+    await producer.send(b"before")
+    consumer = RawConsumer(node.address, pchannel, 1, DeliverPolicy.all())
+    await consumer.open()
+    await consumer.call.done_writing()
+    assert (await consumer.data(1))[0].payload == b"before"
+    await producer.send(b"after")
+    assert (await consumer.data(1, timeout=5))[0].payload == b"after"
+    await producer.close()
