@@ -334,3 +334,38 @@ async def test_unusual_but_valid_names_work(client, bystander) -> None:
         assert (got[0].offset, got[0].payload) == (r.offset, name.encode())
         await consumer.close()
         await producer.close()
+
+
+async def test_negative_retention_is_invalid(client, bystander, pchannel) -> None:
+    with pytest.raises(InvalidArgument, match="retention bounds must be >= 0"):
+        await client.assign(pchannel, 1, retention_bytes=-1)
+    with pytest.raises(InvalidArgument, match="retention bounds must be >= 0"):
+        await client.assign(pchannel, 1, retention_age_ms=-5)
+
+
+async def test_spoofed_node_properties_are_overwritten_on_delivery(
+    node: LocalNode, client, bystander, pchannel
+) -> None:
+    """`_tt` and `_wt` are the node's: a producer's values never reach a consumer."""
+    from tests.node.helpers import RawConsumer, RawProducer
+
+    await client.assign(pchannel, 2)
+    raw = RawProducer(node.address, pchannel, 2)
+    await raw.open()
+    resp = await raw.send(b"spoof", {"_tt": "5", "_wt": "99", "user": "u"})
+    await raw.close()
+    tick = resp.result.time_tick
+    seed = RawConsumer(node.address, pchannel, 2, DeliverPolicy.all())
+    await seed.open()
+    (m,) = await seed.data(1)
+    await seed.close()
+    assert (m.properties["_tt"], m.properties["_wt"], m.properties["user"]) == (str(tick), "2", "u")
+    consumer = await client.consumer(pchannel, 2, DeliverPolicy.all())
+    (b,) = await read_data(consumer, 1)
+    await consumer.close()
+    assert (b.properties["_tt"], b.properties["_wt"], b.time_tick, b.term) == (
+        str(tick),
+        "2",
+        tick,
+        2,
+    )
