@@ -376,7 +376,7 @@ async def test_stalled_consumers_do_not_slow_producers(client, node, pchannel) -
     await client.assign(pchannel, 1)
     producer = await client.producer(pchannel, 1)
     payload = b"s" * 8192
-    per_round, rounds = 100, 12  # ~10 MB per phase: far beyond the HTTP/2 windows
+    per_round, rounds = 200, 12  # ~20 MB per phase: far beyond the HTTP/2 windows
 
     async def phase(tag: int) -> float:
         started = time.monotonic()
@@ -394,6 +394,7 @@ async def test_stalled_consumers_do_not_slow_producers(client, node, pchannel) -
     assert first[0].offset == 0
     with_stall = await phase(1)
     # The stall must not cost producers more than noise on a shared 2-core machine.
+    print(f"produce phase: {baseline:.2f} s alone, {with_stall:.2f} s with two stalled consumers")
     assert with_stall < max(3 * baseline, baseline + 3.0), (baseline, with_stall)
     status = await client.collect_status()
     (st,) = [s for s in status.channels if s.pchannel.name == pchannel]
