@@ -367,7 +367,7 @@ async def test_caught_up_consumer_gets_new_messages_promptly(
     await consumer.close()
     await producer.close()
     # Polling once a second (the node's fallback wake-up) would put the median near 0.5 s.
-    assert statistics.median(delays) < 0.15, delays
+    assert statistics.median(delays) < 0.25, delays
     assert max(delays) < 1.0, delays
 
 
