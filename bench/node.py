@@ -60,7 +60,9 @@ async def fill(producer, total: int, size: int, batch: int, in_flight: int, prog
 
 async def consume_all(nc: NodeClient, term: int, upto: int) -> tuple[int, float]:
     """Read from the start until offset `upto`, touching every payload; (messages, seconds)."""
-    consumer = await nc.consumer(PCHANNEL, term, DeliverPolicy.all(), time_ticks=False)
+    consumer = await nc.consumer(
+        PCHANNEL, term, DeliverPolicy.all(), time_ticks=False, end_offset=upto
+    )
     started = time.perf_counter()
     count = 0
     try:
@@ -70,8 +72,6 @@ async def consume_all(nc: NodeClient, term: int, upto: int) -> tuple[int, float]
                 break
             for m in batch:
                 count += len(m.payload) > 0
-            if batch[-1].offset >= upto - 1:
-                break
     finally:
         await consumer.close()
     return count, time.perf_counter() - started

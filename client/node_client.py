@@ -153,10 +153,18 @@ class NodeClient:
         filters: Sequence[pb.DeliverFilter] = (),
         *,
         time_ticks: bool = True,
+        end_offset: int | None = None,
     ) -> Consumer:
-        """Read `pchannel` from `policy` on; `time_ticks=False` leaves out TimeTick messages."""
+        """Read `pchannel` from `policy` on; `time_ticks=False` leaves out TimeTick messages;
+        with `end_offset` the iteration ends once every offset below it was delivered."""
         consumer = Consumer(
-            self._channel, pchannel, term, policy or DeliverPolicy.all(), filters, time_ticks
+            self._channel,
+            pchannel,
+            term,
+            policy or DeliverPolicy.all(),
+            filters,
+            time_ticks,
+            end_offset,
         )
         await consumer.open()
         return consumer
@@ -306,6 +314,11 @@ class Producer:
                 await self._slots.acquire()
                 if batch is self._open_batch:
                     self._open_batch = None  # later sends start a new batch
+                if self._error is not None:  # the stream broke while this batch waited
+                    self._slots.release()
+                    if not batch.future.done():
+                        batch.future.set_exception(self._error)
+                    continue
                 rid = next(self._ids)
                 self._waiting[rid] = batch.future
                 await self._call.write(encoding.produce_batch_frame(rid, b"".join(batch.entries)))
@@ -347,6 +360,7 @@ class Producer:
         if self._error is None:
             self._error = err
         for future in self._waiting.values():
+            self._slots.release()
             if not future.done():
                 future.set_exception(err)
         self._waiting.clear()
@@ -388,9 +402,11 @@ class Consumer:
         policy: pb.DeliverPolicy,
         filters: Sequence[pb.DeliverFilter],
         time_ticks: bool = True,
+        end_offset: int | None = None,
     ) -> None:
         self.pchannel = pchannel
         self._time_ticks = time_ticks
+        self._end_offset = end_offset
         self.term = term
         self._channel = channel
         self._policy = policy
@@ -406,7 +422,9 @@ class Consumer:
             pchannel=pb.PChannelInfo(name=self.pchannel, term=self.term),
             deliver_policy=self._policy,
             deliver_filters=self._filters,
-            options=pb.ConsumerOptions(batched=True, skip_time_ticks=not self._time_ticks),
+            options=pb.ConsumerOptions(
+                batched=True, skip_time_ticks=not self._time_ticks, end_offset=self._end_offset
+            ),
         )
         method = self._channel.stream_stream(
             _HANDLER + "Consume",

@@ -23,8 +23,9 @@ def _register() -> None:
     from streamwal.client.cli import consume, produce
     from streamwal.coord.cli import channel, coord
     from streamwal.node.cli import node
+    from streamwal.node.demo import demo
 
-    for command in (node, produce, consume, bench, coord, channel):
+    for command in (demo, node, produce, consume, bench, coord, channel):
         main.add_command(command)
 
 

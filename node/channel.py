@@ -24,6 +24,7 @@ class Channel:
     def __init__(self, name: str, meta: ChannelMeta, tail: Tail) -> None:
         self.name = name
         self.meta = meta
+        self.recovering = meta.serving  # a reopened pchannel waits for its Assign
         self.clock = HybridClock()
         self.clock.observe(tail.last_tick)
         self.first_offset = tail.first_offset
@@ -40,7 +41,7 @@ class Channel:
 
     @property
     def fence(self) -> Fence:
-        return Fence(self.meta.term, self.meta.serving)
+        return Fence(self.meta.term, self.meta.serving, self.recovering)
 
     @property
     def term(self) -> int:

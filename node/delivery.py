@@ -74,22 +74,26 @@ class Slice:
     ticks: list[int] | None = None
 
 
-def select(base: int, rec: Record, from_offset: int, filters: Filters) -> Slice | None:
-    """The part of a record (base offset `base`) at or after `from_offset` passing filters."""
+def select(
+    base: int, rec: Record, from_offset: int, filters: Filters, end_offset: int | None = None
+) -> Slice | None:
+    """The part of a record (base offset `base`) in [from_offset, end_offset) passing filters."""
     skip = max(from_offset - base, filters.min_tick - rec.first_tick, 0)
-    if skip >= rec.count:
+    stop = rec.count if end_offset is None else min(rec.count, end_offset - base)
+    if skip >= stop:
         return None
     if filters.vchannel is None:
-        if skip == 0:
+        if skip == 0 and stop == rec.count:
             return Slice(base, rec.first_tick, rec.body)
         batch = pb.MessageBatch.FromString(rec.body)
+        del batch.messages[stop:]
         del batch.messages[:skip]
         return Slice(base + skip, rec.first_tick + skip, batch.SerializeToString())
     batch = pb.MessageBatch.FromString(rec.body)
     keep = pb.MessageBatch()
     offsets: list[int] = []
     ticks: list[int] = []
-    for i in range(skip, rec.count):
+    for i in range(skip, stop):
         msg = batch.messages[i]
         props = msg.properties
         if props.get(PROP_VCHANNEL) == filters.vchannel or props.get(PROP_TYPE) == _TIME_TICK:

@@ -21,15 +21,22 @@ from streamwal.errors import (
 
 @dataclass(frozen=True)
 class Fence:
-    """What the node durably knows of a pchannel: highest accepted term, still serving."""
+    """What the node knows of a pchannel: highest accepted term, still serving (both
+    durable), and whether it is recovering: restarted and not yet re-assigned.
+
+    A restarted node does not trust its own `serving`: the coord may have moved the
+    pchannel while it was down, so it waits for an Assign before serving again.
+    """
 
     term: int
     serving: bool
+    recovering: bool = False
 
 
 class AssignOutcome(Enum):
     TAKE = "take"  # a newer term: persist it, then serve under it
     ALREADY = "already"  # the same term again: idempotent success
+    RESUME = "resume"  # the same term after a restart: serve again, nothing to persist
 
 
 def decide_assign(fence: Fence | None, term: int) -> AssignOutcome:
@@ -38,7 +45,7 @@ def decide_assign(fence: Fence | None, term: int) -> AssignOutcome:
     if fence is None or term > fence.term:
         return AssignOutcome.TAKE
     if term == fence.term and fence.serving:
-        return AssignOutcome.ALREADY
+        return AssignOutcome.RESUME if fence.recovering else AssignOutcome.ALREADY
     raise IgnoredOperation(
         f"assign with term {term} ignored: term {fence.term} already accepted"
         + ("" if fence.serving else " and released")
@@ -61,6 +68,10 @@ def check_access(fence: Fence | None, name: str, term: int) -> None:
         raise ChannelNotExist(f"pchannel {name!r} was never assigned to this node")
     if not fence.serving:
         raise ChannelFenced(f"pchannel {name!r} moved away or was removed (term {fence.term})")
+    if fence.recovering:
+        raise ChannelNotExist(
+            f"pchannel {name!r} is recovering after a node restart: not assigned again yet"
+        )
     if term != fence.term:
         if term < fence.term:
             raise UnmatchedChannelTerm(

@@ -17,7 +17,7 @@ VERSION = 1
 FLAG_TIME_TICK = 0x01  # the record is one TimeTick message appended by the node
 # version, flags, reserved, crc32, term, first time tick, count
 _HEADER = struct.Struct(">BBHIqQI")
-_CHECKED = struct.Struct(">qQI")  # the header fields the CRC covers
+_CHECKED = struct.Struct(">BqQI")  # the header fields the CRC covers: flags, term, tick, count
 HEADER_SIZE = _HEADER.size
 
 
@@ -39,7 +39,7 @@ class Record:
 
 
 def encode(term: int, first_tick: int, count: int, body: bytes, flags: int = 0) -> bytes:
-    checked = _CHECKED.pack(term, first_tick, count)
+    checked = _CHECKED.pack(flags, term, first_tick, count)
     crc = zlib.crc32(body, zlib.crc32(checked))
     return _HEADER.pack(VERSION, flags, 0, crc, term, first_tick, count) + body
 
@@ -51,7 +51,7 @@ def decode(value: bytes, where: str = "") -> Record:
     if version != VERSION:
         raise CorruptRecord(f"record {where} has unknown version {version}")
     body = value[HEADER_SIZE:]
-    if zlib.crc32(body, zlib.crc32(_CHECKED.pack(term, first_tick, count))) != crc:
+    if zlib.crc32(body, zlib.crc32(_CHECKED.pack(flags, term, first_tick, count))) != crc:
         raise CorruptRecord(f"record {where} failed its checksum")
     return Record(term, first_tick, count, body, flags)
 

@@ -142,7 +142,7 @@ class NodeService:
         async def act(_req):
             resp = pb.StreamingNodeManagerCollectStatusResponse(server_id=self.node_id)
             for ch in self.wal.channels.values():
-                if not ch.meta.serving:
+                if not ch.meta.serving or ch.recovering:
                     continue
                 resp.channels.append(
                     pb.PChannelStatus(
@@ -228,13 +228,18 @@ class NodeService:
 
     @staticmethod
     async def _await_close(request_iterator) -> StreamingError | None:
-        """Ends when the client asks to close (None) or sends garbage (the error)."""
+        """Ends when the client asks to close (None) or sends garbage (the error).
+
+        A half-closed request stream only means "no more requests": delivery goes on
+        until the client cancels or closes, so this then waits to be cancelled.
+        """
         async for req in request_iterator:
             if isinstance(req, Malformed):
                 return InvalidArgument(req.reason)
             if req.WhichOneof("request") == "close":
                 return None
             return InvalidArgument("empty ConsumeRequest")
+        await asyncio.Event().wait()
         return None
 
     async def _deliver(
@@ -253,9 +258,12 @@ class NodeService:
         lag = self.wal.metrics.consumer_lag.labels(ch.name)
         batched = options.batched
         skip_ticks = options.skip_time_ticks
+        end = options.end_offset if options.HasField("end_offset") else None
         while True:
             if closer.done():
                 return closer.result()
+            if end is not None and position >= end:
+                return None  # a bounded read is complete: close the stream
             try:
                 check_access(ch.fence, ch.name, term)
             except StreamingError as err:
@@ -274,7 +282,7 @@ class NodeService:
                 except StreamingError as err:
                     log.error("corrupt record", extra={"pchannel": ch.name, "offset": base})
                     return err
-                piece = delivery.select(base, rec, position, filters)
+                piece = delivery.select(base, rec, position, filters, end)
                 position = base + rec.count
                 if piece is None or (skip_ticks and rec.flags & records.FLAG_TIME_TICK):
                     continue

@@ -117,7 +117,9 @@ class Wal:
             raise InvalidArgument("retention bounds must be >= 0")
         ch = self.channels.get(name)
         outcome = decide_assign(ch.fence if ch else None, term)
-        if outcome is AssignOutcome.ALREADY:
+        if ch is not None:
+            ch.recovering = False
+        if outcome is not AssignOutcome.TAKE:
             if retention is not None and ch is not None:
                 ch.meta = replace(
                     ch.meta,

@@ -406,12 +406,14 @@ class ProduceBatchResult(_message.Message):
     def __init__(self, first_id: _Optional[_Union[MessageID, _Mapping]] = ..., count: _Optional[int] = ..., first_time_tick: _Optional[int] = ...) -> None: ...
 
 class ConsumerOptions(_message.Message):
-    __slots__ = ("batched", "skip_time_ticks")
+    __slots__ = ("batched", "skip_time_ticks", "end_offset")
     BATCHED_FIELD_NUMBER: _ClassVar[int]
     SKIP_TIME_TICKS_FIELD_NUMBER: _ClassVar[int]
+    END_OFFSET_FIELD_NUMBER: _ClassVar[int]
     batched: bool
     skip_time_ticks: bool
-    def __init__(self, batched: _Optional[bool] = ..., skip_time_ticks: _Optional[bool] = ...) -> None: ...
+    end_offset: int
+    def __init__(self, batched: _Optional[bool] = ..., skip_time_ticks: _Optional[bool] = ..., end_offset: _Optional[int] = ...) -> None: ...
 
 class ConsumeBatchResponse(_message.Message):
     __slots__ = ("first_id", "term", "first_time_tick", "messages", "offsets", "time_ticks")

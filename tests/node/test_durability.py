@@ -19,6 +19,7 @@ from streamwal.client.node_client import ConsumedMessage, NodeClient
 from streamwal.client.policy import DeliverPolicy
 from streamwal.errors import (
     ChannelFenced,
+    ChannelNotExist,
     IgnoredOperation,
     StreamingError,
     UnmatchedChannelTerm,
@@ -85,6 +86,7 @@ def _record(done: set[asyncio.Task], ledger: Ledger) -> bool:
 async def _read_log(address: str, pch: str) -> list[ConsumedMessage]:
     async with NodeClient(address) as c:
         await c.wait_ready(30)
+        await c.assign(pch, 1)  # a restarted node serves once re-assigned (idempotent)
         consumer = await c.consumer(pch, 1, DeliverPolicy.all())
         end = consumer.next_offset
         msgs = await read_through(consumer, end - 1, timeout=60) if end else []
@@ -243,6 +245,8 @@ async def test_corrupt_record_on_disk_is_detected_on_read(start_node, pchannel) 
     node = start_node("n1")
     async with NodeClient(node.address) as c:
         await c.wait_ready(30)
+        await c.assign(pchannel, 1)
+        await c.assign("healthy", 1)
         consumer = await c.consumer(pchannel, 1, DeliverPolicy.all())
         got = await read_data(consumer, 3)
         assert [m.offset for m in got] == [r.offset for r in good]
@@ -309,3 +313,30 @@ async def test_paused_node_resumes_without_loss(start_node, pchannel) -> None:
         ]
         await consumer.close()
         await producer.close()
+
+
+async def test_restarted_node_waits_for_its_assignment(start_node, pchannel) -> None:
+    """After a crash the coord may have moved the pchannel: the node must not serve it
+    (not even under its old term) until it is assigned again."""
+    node = start_node("n1")
+    async with NodeClient(node.address) as c:
+        await c.assign(pchannel, 2)
+        producer = await c.producer(pchannel, 2)
+        first = await producer.send(b"before")
+        await producer.close()
+    node.kill()
+    node = start_node("n1")
+    async with NodeClient(node.address) as c:
+        await c.wait_ready(30)
+        assert [ch.pchannel.name for ch in (await c.collect_status()).channels] == []
+        with pytest.raises(ChannelNotExist, match="recovering"):
+            await c.producer(pchannel, 2)
+        with pytest.raises(ChannelNotExist, match="recovering"):
+            await c.consumer(pchannel, 2)
+        await c.assign(pchannel, 2)  # same term: resumes, no new term history
+        status = (await c.collect_status()).channels
+        assert [(s.pchannel.name, s.pchannel.term) for s in status] == [(pchannel, 2)]
+        producer = await c.producer(pchannel, 2)
+        after = await producer.send(b"after")
+        await producer.close()
+        assert after.offset > first.offset

@@ -418,13 +418,6 @@ def test_dataset_node_log_is_clean(dataset) -> None:
     assert "Traceback" not in log, log[-3000:]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (to decide): the node treats a half-closed request stream (client done "
-    "writing, no CloseConsumerRequest) as a close, so a seed client that never sends "
-    "requests, e.g. stub.Consume(iter(()), metadata=...), stops tailing after catch-up. "
-    "gRPC half-close only means 'no more requests'; fix in NodeService._await_close.",
-)
 async def test_half_closed_consumer_keeps_tailing(client, node, pchannel) -> None:
     await client.assign(pchannel, 1)
     producer = await client.producer(pchannel, 1)

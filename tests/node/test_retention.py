@@ -79,6 +79,7 @@ async def test_size_retention_drops_old_records_without_blocking_appends(
     node = start_node("n1", *CHECK)
     async with NodeClient(node.address) as c:
         await c.wait_ready(30)
+        await c.assign(pchannel, 1)
         st = await _status(c, pchannel)
         assert st.first_offset >= first and st.size_bytes <= limit + 8 * 1024
         assert st.next_offset > r.offset
