@@ -30,7 +30,7 @@ from streamwal.coord import balancer
 from streamwal.coord import state_machine as sm
 from streamwal.coord.discovery import AssignmentHub
 from streamwal.coord.liveness import Liveness, LivenessTracker
-from streamwal.coord.meta_store import MetaStore, Stored, check_name
+from streamwal.coord.meta_store import MetaStore, Stored, VersionConflict, check_name
 from streamwal.coord.metrics import CoordMetrics
 from streamwal.coord.node_link import NodeLinks
 from streamwal.errors import ChannelNotExist, InvalidArgument, StreamingError
@@ -38,6 +38,10 @@ from streamwal.proto import coord_pb2 as cpb
 from streamwal.proto import streaming_pb2 as pb
 
 log = logging.getLogger("streamwal.coord")
+
+# Outcome listener: (kind, pchannel, fields); kinds: assigned, failover, assign-failed,
+# unavailable. The operator turns these into Kubernetes Events and status conditions.
+Listener = Callable[[str, str, dict], None]
 
 MAX_CREATE = 1024
 CRASH_ENV = "STREAMWAL_COORD_CRASH_AT"
@@ -91,6 +95,10 @@ class Coordinator:
         self._wake = asyncio.Event()
         self._first_probe = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
+        # Seams for drivers that share the store with others (the Kubernetes operator):
+        # `active` False skips reconcile rounds (a standby replica), `listener` hears outcomes.
+        self.active = True
+        self.listener: Listener | None = None
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -138,6 +146,68 @@ class Coordinator:
 
     def wake(self) -> None:
         self._wake.set()
+
+    def _notify(self, kind: str, name: str, fields: dict) -> None:
+        if self.listener is not None:
+            try:
+                self.listener(kind, name, fields)
+            except Exception:
+                log.exception("listener failed", extra={"pchannel": name, "kind": kind})
+
+    def set_nodes(self, nodes: dict[int, str]) -> None:
+        """Replace the node set (the operator discovers nodes from pods as they come and go).
+
+        A node that leaves the set is no longer probed nor alive, so its channels fail over on
+        the next round; a new node is tracked and probed before it gets channels.
+        """
+        if nodes == self.config.nodes:
+            return
+        now = self.clock()
+        for node in set(self.config.nodes) - set(nodes):
+            self.tracker.forget(node)
+            self._status.pop(node, None)
+            self._lost_at[node] = now
+        for node in nodes:
+            self.tracker.track(node, now)
+        self.config.nodes = dict(nodes)
+        log.info("node set changed", extra={"nodes": self.config.nodes})
+        self._rebalance_due = True
+        self.wake()
+
+    async def refresh(self) -> None:
+        """Re-read the store: pick up channels created, changed or deleted by others.
+
+        Channels being worked on (their lock held) are skipped: replacing their record under
+        a running reassignment would let it write over a newer version.
+        """
+        stored = {s.name: s for s in await self.store.list_channels()}
+        changed = False
+        for name in set(self._records) | set(stored):
+            if self._lock(name).locked():
+                continue
+            old, new = self._records.get(name), stored.get(name)
+            if old is not None and new is not None and old.version == new.version:
+                continue
+            changed = True
+            if new is None:
+                del self._records[name]
+                self.metrics.set_channel(None, name)
+            else:
+                self._records[name] = new
+                self.metrics.set_channel(None if new.record.destroyed else new.record.meta, name)
+        if changed:
+            if self.hub.update(self._metas().values()):
+                self.metrics.assignment_changes.inc()
+            self.wake()
+
+    async def touch(self, name: str) -> None:
+        """Write a channel's record unchanged, so a store can refresh what it derives."""
+        async with self._lock(name):
+            stored = self._records.get(name)
+            if stored is not None:
+                record = cpb.ChannelRecord()
+                record.CopyFrom(stored.record)
+                await self._persist(name, record)
 
     # ----------------------------------------------------------------- queries
 
@@ -260,7 +330,16 @@ class Coordinator:
     async def _persist(self, name: str, record: cpb.ChannelRecord) -> None:
         """Write the store first; then update the view, metrics and the published versions."""
         previous = self._records.get(name)
-        stored = await self.store.put_channel(record, previous.version if previous else None)
+        try:
+            stored = await self.store.put_channel(record, previous.version if previous else None)
+        except VersionConflict:
+            # Someone else wrote it: take their version; the caller's round decides again.
+            fresh = await self.store.get_channel(name)
+            if fresh is None:
+                self._records.pop(name, None)
+            else:
+                self._records[name] = fresh
+            raise
         self._records[name] = stored
         self.metrics.set_channel(None if record.destroyed else record.meta, name)
         if self.hub.update(self._metas().values()):
@@ -287,11 +366,17 @@ class Coordinator:
                 return False
             before = stored.record.meta
             previous = sm.owner(before)
-            if target is not None:
-                meta = sm.begin_assignment(before, target)
-                await self._persist_meta(name, meta)
-                self._crash_point(sm.Step.PERSIST_ASSIGNING, name)
-            if not await self._drive(name):
+            try:
+                if target is not None:
+                    meta = sm.begin_assignment(before, target)
+                    await self._persist_meta(name, meta)
+                    self._crash_point(sm.Step.PERSIST_ASSIGNING, name)
+                if not await self._drive(name):
+                    return False
+            except VersionConflict as err:
+                log.info(
+                    "meta changed by another writer", extra={"pchannel": name, "error": str(err)}
+                )
                 return False
             after = self._records[name].record.meta
             self._failed_target.pop(name, None)
@@ -313,6 +398,7 @@ class Coordinator:
                 log.info("failover done", extra=fields)
             else:
                 log.info("pchannel assigned", extra=fields)
+            self._notify("failover" if reason == "failover" else "assigned", name, fields)
             return True
 
     async def _drive(self, name: str) -> bool:
@@ -337,6 +423,11 @@ class Coordinator:
                         },
                     )
                     self._failed_target[name] = action.node.server_id
+                    self._notify(
+                        "assign-failed",
+                        name,
+                        {"node": action.node.server_id, "term": action.term, "error": str(err)},
+                    )
                     return False
             else:
                 await self._persist_meta(name, action.meta)
@@ -379,10 +470,11 @@ class Coordinator:
     async def _probe(self, node: int) -> None:
         started = self.clock()
         ok = False
+        address = self.config.nodes.get(node)
+        if address is None:
+            return  # left the node set since the probe was scheduled
         try:
-            status = await self.links.collect_status(
-                self.config.nodes[node], timeout=self.config.probe_interval
-            )
+            status = await self.links.collect_status(address, timeout=self.config.probe_interval)
             if status.server_id and status.server_id != node:
                 log.error("node id mismatch", extra={"node": node, "reported": status.server_id})
             else:
@@ -390,6 +482,8 @@ class Coordinator:
                 self._status[node] = (started, [c.pchannel for c in status.channels])
         except StreamingError:
             pass
+        if self.config.nodes.get(node) != address:
+            return  # the node left (or moved) while we asked it
         change = self.tracker.observe(node, ok, self.clock())
         if change is not None:
             self._on_transition(node, change.after)
@@ -431,6 +525,8 @@ class Coordinator:
 
     async def reconcile_once(self) -> None:
         """One round: recover, place, fail over, fence stale copies, then rebalance."""
+        if not self.active:
+            return
         now = self.clock()
         alive, live, drained = self.tracker.alive(), self.tracker.live(), self.drained()
         alive &= set(self.config.nodes)
@@ -490,6 +586,7 @@ class Coordinator:
             ):
                 await self._persist_meta(name, sm.mark_unavailable(meta))
                 log.warning("pchannel unavailable: no live node", extra={"pchannel": name})
+                self._notify("unavailable", name, {"node": owner.server_id if owner else None})
 
     async def _rechecks(self, metas: dict[str, pb.PChannelMeta], live: set[int]) -> set[str]:
         """Channels reported by clients whose owner does not serve them at their term now."""

@@ -142,6 +142,36 @@ def parse_nodes(text: str) -> dict[int, str]:
     return nodes
 
 
+async def start_grpc(
+    coord: Coordinator, listen: str, channel_service: bool = True
+) -> tuple[aio.Server, health.aio.HealthServicer, int]:
+    """Serve the coord's gRPC services for `coord` on `listen`; returns server, health, port.
+
+    The Kubernetes operator serves the same services beside Kopf, without the channel
+    service (there, PChannel resources are created with kubectl, not through the coord).
+    """
+    server = transport.make_server()
+    pbg.add_StreamingCoordAssignmentServiceServicer_to_server(AssignmentService(coord), server)
+    pbg.add_StreamingCoordStateServiceServicer_to_server(StateService(coord), server)
+    if channel_service:
+        cpbg.add_StreamingCoordChannelServiceServicer_to_server(ChannelService(coord), server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    port = transport.bind(server, listen)
+    await server.start()
+    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    return server, health_servicer, port
+
+
+def serve_metrics(coord: Coordinator, address: str) -> int:
+    """Serve `coord`'s Prometheus registry on HOST:PORT (port 0: any); returns the port."""
+    host, _, mport = address.rpartition(":")
+    http, _thread = start_http_server(
+        int(mport), addr=host or "127.0.0.1", registry=coord.metrics.registry
+    )
+    return http.server_port
+
+
 async def serve(
     listen: str, meta_dir: str, config: CoordConfig, metrics_address: str | None = None
 ) -> None:
@@ -149,18 +179,9 @@ async def serve(
     store = LocalMetaStore(meta_dir)
     coord = Coordinator(store, config)
     await coord.start()
-    server = transport.make_server()
-    pbg.add_StreamingCoordAssignmentServiceServicer_to_server(AssignmentService(coord), server)
-    pbg.add_StreamingCoordStateServiceServicer_to_server(StateService(coord), server)
-    cpbg.add_StreamingCoordChannelServiceServicer_to_server(ChannelService(coord), server)
-    health_servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    port = transport.bind(server, listen)
+    server, health_servicer, port = await start_grpc(coord, listen)
     if metrics_address:
-        host, _, mport = metrics_address.rpartition(":")
-        start_http_server(int(mport), addr=host or "127.0.0.1", registry=coord.metrics.registry)
-    await server.start()
-    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+        serve_metrics(coord, metrics_address)
     log.info("coord serving", extra={"listen": listen, "port": port, "meta_dir": meta_dir})
 
     stop = asyncio.Event()
