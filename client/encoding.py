@@ -62,9 +62,11 @@ def encode_entry(payload: bytes, props_blob: bytes = b"") -> bytes:
     return b"\n" + varint(len(msg)) + msg
 
 
-def produce_batch_frame(request_id: int, body: bytes) -> bytes:
-    """A serialized ProduceRequest{produce_batch: {request_id, messages: body}}."""
+def produce_batch_frame(request_id: int, body: bytes, sequence: int = 0) -> bytes:
+    """A serialized ProduceRequest{produce_batch: {request_id, messages: body, sequence}}."""
     inner = b"\x08" + varint(request_id) + b"\x12" + varint(len(body)) + body
+    if sequence:
+        inner += b"\x18" + varint(sequence)
     return b"R" + varint(len(inner)) + inner
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -17,7 +18,12 @@ import grpc
 from grpc import aio
 from streamwal.client import encoding
 from streamwal.client.policy import DeliverPolicy
-from streamwal.errors import InvalidRequestSeq, StreamingError, Unavailable
+from streamwal.errors import (
+    InvalidRequestSeq,
+    StreamingError,
+    Unavailable,
+    is_fencing_error,
+)
 from streamwal.grpc_errors import from_rpc_error
 from streamwal.ids import decode_offset
 from streamwal.message import DEFAULT_MSG_TYPE, PROP_TERM, PROP_TIME_TICK, PROP_TYPE, PROP_VCHANNEL
@@ -171,17 +177,27 @@ class NodeClient:
 
 
 class _Batch:
-    __slots__ = ("count", "entries", "future", "size")
+    """Messages sent as one frame; `sequence` is fixed when first written and kept on resend."""
+
+    __slots__ = ("count", "entries", "future", "sequence", "size")
 
     def __init__(self) -> None:
         self.entries: list[bytes] = []
         self.size = 0
         self.count = 0
+        self.sequence = 0
         self.future: asyncio.Future = asyncio.get_running_loop().create_future()
 
 
 class Producer:
-    """Appends to one pchannel under one term; see the module docstring for batching."""
+    """Appends to one pchannel under one term; see the module docstring for batching.
+
+    Producers are idempotent by default: they name themselves (`producer_id`, random
+    unless given) and number their batches, so a batch resent after a broken stream is
+    answered by the node instead of appended twice. With `resendable=True` a broken
+    stream does not fail the pending sends: the owner (the routing layer) takes them with
+    `detach_unacknowledged()` and hands them to a new producer with `adopt()`.
+    """
 
     def __init__(
         self,
@@ -189,30 +205,38 @@ class Producer:
         pchannel: str,
         term: int,
         *,
+        producer_id: str | None = None,
         max_batch_bytes: int = 1024 * 1024,
         max_batch_messages: int = 8192,
         max_in_flight: int = 8,
+        resendable: bool = False,
     ) -> None:
         self.pchannel = pchannel
         self.term = term
+        self.producer_id = uuid.uuid4().hex if producer_id is None else producer_id
         self._channel = channel
         self._max_bytes = max_batch_bytes
         self._max_messages = max_batch_messages
         self._slots = asyncio.Semaphore(max_in_flight)
+        self._resendable = resendable
         self._ids = itertools.count(1)
-        self._waiting: dict[int, asyncio.Future] = {}
+        self._next_sequence = 1
+        self._waiting: dict[int, _Batch] = {}
         self._open_batch: _Batch | None = None
+        self._holding: _Batch | None = None  # taken from the queue, waiting for a slot
         self._props_cache: dict[tuple, bytes] = {}
         self._error: StreamingError | None = None
+        self.broken = asyncio.Event()  # set when the stream fails
         self._call = None
         self._reader: asyncio.Task | None = None
         self._sender: asyncio.Task | None = None
         self._queue: asyncio.Queue[_Batch] = asyncio.Queue()
-        self.producer_id = 0
+        self.last_sequence = 0  # what the node had from this producer id when we opened
 
     async def open(self) -> None:
         header = pb.CreateProducerRequest(
-            pchannel=pb.PChannelInfo(name=self.pchannel, term=self.term)
+            pchannel=pb.PChannelInfo(name=self.pchannel, term=self.term),
+            producer_id=self.producer_id,
         )
         method = self._channel.stream_stream(
             _HANDLER + "Produce",
@@ -226,7 +250,8 @@ class Producer:
             raise from_rpc_error(exc) from None
         if first is aio.EOF or first.WhichOneof("response") != "create":
             raise InvalidRequestSeq("the node did not answer the producer header with `create`")
-        self.producer_id = first.create.producer_id
+        self.last_sequence = first.create.last_sequence
+        self._next_sequence = max(self._next_sequence, self.last_sequence + 1)
         self._reader = asyncio.ensure_future(self._read())
         self._sender = asyncio.ensure_future(self._send_loop())
 
@@ -235,6 +260,10 @@ class Producer:
 
     async def __aexit__(self, *exc) -> None:
         await self.close()
+
+    @property
+    def error(self) -> StreamingError | None:
+        return self._error
 
     def _props(self, vchannel, msg_type, properties) -> bytes:
         if vchannel is None and msg_type is None and not properties:
@@ -283,16 +312,12 @@ class Producer:
         properties: Mapping[str, str] | None = None,
     ) -> list[AppendResult]:
         """Append all payloads as one atomic batch (same vchannel, type and properties)."""
-        self._raise_if_failed()
         blob = self._props(vchannel, msg_type, properties)
-        batch = _Batch()
-        batch.entries = [encoding.encode_entry(p, blob) for p in payloads]
-        batch.count = len(batch.entries)
-        if batch.count == 0:
+        entries = [encoding.encode_entry(p, blob) for p in payloads]
+        if not entries:
             return []
-        self._queue.put_nowait(batch)
-        base, tick = await batch.future
-        return [AppendResult(base + i, tick + i) for i in range(batch.count)]
+        base, tick = await self.send_batch(entries)
+        return [AppendResult(base + i, tick + i) for i in range(len(entries))]
 
     async def send_batch(self, entries: list[bytes]) -> tuple[int, int]:
         """Append entries made by encoding.encode_entry atomically: (first offset, first tick)."""
@@ -301,27 +326,34 @@ class Producer:
         batch.entries = entries
         batch.count = len(entries)
         self._queue.put_nowait(batch)
-        return await batch.future
+        return await asyncio.shield(batch.future)
 
     def _raise_if_failed(self) -> None:
-        if self._error is not None:
+        if self._error is not None and not self._resendable:
             raise self._error
 
     async def _send_loop(self) -> None:
         try:
             while True:
-                batch = await self._queue.get()
+                batch = self._holding = await self._queue.get()
                 await self._slots.acquire()
+                self._holding = None
                 if batch is self._open_batch:
                     self._open_batch = None  # later sends start a new batch
                 if self._error is not None:  # the stream broke while this batch waited
                     self._slots.release()
-                    if not batch.future.done():
-                        batch.future.set_exception(self._error)
+                    if self._resendable:
+                        self._queue.put_nowait(batch)  # left for detach_unacknowledged
+                        return
+                    _fail_batch(batch, self._error)
                     continue
+                if not batch.sequence:
+                    batch.sequence = self._next_sequence
+                    self._next_sequence += 1
                 rid = next(self._ids)
-                self._waiting[rid] = batch.future
-                await self._call.write(encoding.produce_batch_frame(rid, b"".join(batch.entries)))
+                self._waiting[rid] = batch
+                frame = encoding.produce_batch_frame(rid, b"".join(batch.entries), batch.sequence)
+                await self._call.write(frame)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -338,14 +370,19 @@ class Producer:
                 kind = resp.WhichOneof("response")
                 if kind == "produce_batch":
                     r = resp.produce_batch
-                    future = self._waiting.pop(r.request_id, None)
+                    batch = self._waiting.pop(r.request_id, None)
                     self._slots.release()
-                    if future is None or future.done():
+                    if batch is None or batch.future.done():
                         continue
                     if r.WhichOneof("response") == "error":
-                        future.set_exception(StreamingError.from_proto(r.error))
+                        err = StreamingError.from_proto(r.error)
+                        if self._resendable and is_fencing_error(err):
+                            self._waiting[r.request_id] = batch  # keep it for the resend
+                            self._fail(err)
+                            return
+                        batch.future.set_exception(err)
                     else:
-                        future.set_result(
+                        batch.future.set_result(
                             (decode_offset(r.result.first_id.id), r.result.first_time_tick)
                         )
                 elif kind == "close":
@@ -359,15 +396,37 @@ class Producer:
     def _fail(self, err: StreamingError) -> None:
         if self._error is None:
             self._error = err
-        for future in self._waiting.values():
+        self.broken.set()
+        if self._resendable:
+            return  # the owner detaches the pending batches and resends them elsewhere
+        for batch in self._waiting.values():
             self._slots.release()
-            if not future.done():
-                future.set_exception(err)
+            _fail_batch(batch, err)
         self._waiting.clear()
         while not self._queue.empty():
-            batch = self._queue.get_nowait()
-            if not batch.future.done():
-                batch.future.set_exception(err)
+            _fail_batch(self._queue.get_nowait(), err)
+
+    def detach_unacknowledged(self) -> list[_Batch]:
+        """Every batch sent or queued but not answered, oldest first; this producer
+        forgets them (their futures stay pending for whoever resends them)."""
+        pending = sorted(
+            (b for b in self._waiting.values() if not b.future.done()), key=lambda b: b.sequence
+        )
+        self._waiting.clear()
+        queued = [self._holding] if self._holding is not None else []
+        self._holding = None
+        while not self._queue.empty():
+            queued.append(self._queue.get_nowait())
+        pending += [b for b in queued if not b.future.done() and b not in pending]
+        self._open_batch = None
+        return pending
+
+    def adopt(self, batches: list[_Batch]) -> None:
+        """Send `batches` (from a broken producer with the same id) before anything new."""
+        for batch in batches:
+            if batch.sequence:
+                self._next_sequence = max(self._next_sequence, batch.sequence + 1)
+            self._queue.put_nowait(batch)
 
     async def close(self) -> None:
         """Wait for every outstanding message, then close the stream."""
@@ -375,9 +434,15 @@ class Producer:
             return
         while (self._waiting or not self._queue.empty()) and self._error is None:
             await asyncio.sleep(0.001)
+        await self.abandon(graceful=self._error is None)
+
+    async def abandon(self, graceful: bool = False) -> None:
+        """Stop without waiting for outstanding messages (the routing layer's exit)."""
+        if self._call is None:
+            return
         if self._sender:
             self._sender.cancel()
-        if self._error is None:
+        if graceful:
             try:
                 await self._call.write(encoding.close_frame())
                 await self._call.done_writing()
@@ -389,6 +454,11 @@ class Producer:
         self._call.cancel()
         self._error = self._error or Unavailable("producer closed")
         self._call = None
+
+
+def _fail_batch(batch: _Batch, err: StreamingError) -> None:
+    if not batch.future.done():
+        batch.future.set_exception(err)
 
 
 class Consumer:

@@ -24,8 +24,9 @@ def _register() -> None:
     from streamwal.coord.cli import channel, coord
     from streamwal.node.cli import node
     from streamwal.node.demo import demo
+    from streamwal.operator.cli import operator
 
-    for command in (demo, node, produce, consume, bench, coord, channel):
+    for command in (demo, node, produce, consume, bench, coord, channel, operator):
         main.add_command(command)
 
 

@@ -95,6 +95,11 @@ _BY_CODE: dict[int, type[StreamingError]] = {
 }
 
 
+def is_fencing_error(err: StreamingError) -> bool:
+    """The pchannel is not (or no longer) served here under that term: look it up again."""
+    return isinstance(err, ChannelFenced | ChannelNotExist | UnmatchedChannelTerm)
+
+
 def error_for(code: int, cause: str) -> StreamingError:
     """The most specific StreamingError subclass for `code`."""
     cls = _BY_CODE.get(code)

@@ -15,6 +15,7 @@ from collections import deque
 from streamwal.node.clock import HybridClock
 from streamwal.node.fencing import Fence
 from streamwal.node.log_store import ChannelMeta, Tail
+from streamwal.node.producers import ProducerState
 
 # Recently committed records kept in memory so tailing consumers skip RocksDB.
 TAIL_CACHE_BYTES = 16 * 1024 * 1024
@@ -35,6 +36,9 @@ class Channel:
         self.producers = 0
         self.consumers = 0
         self.consumer_positions: dict[int, int] = {}
+        # idempotent producers: id -> state, and batches accepted but not yet durable
+        self.producer_states: dict[str, ProducerState] = {}
+        self.inflight: dict[tuple[str, int], asyncio.Future] = {}
         self._changed = asyncio.Event()
         self._tail: deque[tuple[int, bytes]] = deque()
         self._tail_bytes = 0

@@ -14,7 +14,6 @@ from streamwal.errors import (
     ChannelFenced,
     ChannelNotExist,
     IgnoredOperation,
-    StreamingError,
     UnmatchedChannelTerm,
 )
 
@@ -80,7 +79,3 @@ def check_access(fence: Fence | None, name: str, term: int) -> None:
         raise UnmatchedChannelTerm(
             f"pchannel {name!r} term {term} is not assigned here: the node serves term {fence.term}"
         )
-
-
-def is_fencing_error(err: StreamingError) -> bool:
-    return isinstance(err, ChannelFenced | ChannelNotExist | UnmatchedChannelTerm)

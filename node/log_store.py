@@ -4,6 +4,7 @@ Key layout (one default column family, ordered by bytes):
   b"l" + name + b"\\0" + offset(8, big-endian) -> record (see records.py), keyed by its base offset
   b"m" + name -> JSON channel meta (fence, term history, retention)
   b"s" + name -> bytes retained, 8 bytes big-endian
+  b"p" + name + b"\\0" + producer id -> the idempotent producer's result window
 Recovery seeks to the last record of each pchannel instead of scanning the log.
 """
 
@@ -36,6 +37,10 @@ def _meta_key(name: str) -> bytes:
 
 def _size_key(name: str) -> bytes:
     return b"s" + name.encode()
+
+
+def _producer_key(name: str, producer_id: str) -> bytes:
+    return b"p" + name.encode() + b"\0" + producer_id.encode()
 
 
 @dataclass
@@ -147,6 +152,13 @@ class LogStore:
     @staticmethod
     def put_record(wb: WriteBatch, name: str, base: int, value: bytes) -> None:
         wb.put(log_key(name, base), value)
+
+    def load_producer(self, name: str, producer_id: str) -> bytes | None:
+        return self._db.get(_producer_key(name, producer_id))
+
+    @staticmethod
+    def put_producer(wb: WriteBatch, name: str, producer_id: str, raw: bytes) -> None:
+        wb.put(_producer_key(name, producer_id), raw)
 
     @staticmethod
     def put_size(wb: WriteBatch, name: str, size: int) -> None:

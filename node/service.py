@@ -21,7 +21,7 @@ from streamwal.grpc_errors import status_for, trailing
 from streamwal.ids import encode_offset
 from streamwal.node import delivery, records
 from streamwal.node.channel import Channel
-from streamwal.node.wal import Wal
+from streamwal.node.wal import Resent, Wal
 from streamwal.proto import milvus_pb2
 from streamwal.proto import streaming_pb2 as pb
 
@@ -30,6 +30,7 @@ log = logging.getLogger("streamwal.node.service")
 PRODUCER_HEADER = "create-producer-bin"
 CONSUMER_HEADER = "create-consumer-bin"
 READ_RECORDS = 32  # records per read from the log while catching up
+MAX_PRODUCER_ID = 128
 
 
 class Malformed:
@@ -171,6 +172,10 @@ class NodeService:
             header = _header(context, PRODUCER_HEADER, pb.CreateProducerRequest)
             term = header.pchannel.term
             ch = self.wal.access(header.pchannel.name, term)
+            name = header.producer_id
+            if len(name) > MAX_PRODUCER_ID or not name.isprintable():
+                raise InvalidArgument(f"producer_id must be <= {MAX_PRODUCER_ID} printable chars")
+            last_sequence = self.wal.last_sequence(ch, name) if name else 0
         except StreamingError as err:
             await _abort(context, err)
             return
@@ -180,9 +185,13 @@ class NodeService:
         gauge.inc()
         try:
             await context.write(
-                pb.ProduceResponse(create=pb.CreateProducerResponse(producer_id=producer_id))
+                pb.ProduceResponse(
+                    create=pb.CreateProducerResponse(
+                        producer_id=producer_id, last_sequence=last_sequence
+                    )
+                )
             )
-            await _ProduceStream(self, ch, term, request_iterator, context).run()
+            await _ProduceStream(self, ch, term, name, request_iterator, context).run()
         finally:
             ch.producers -= 1
             gauge.dec()
@@ -298,8 +307,11 @@ class NodeService:
 class _ProduceStream:
     """One Produce stream: reads requests, appends them, answers in completion order."""
 
-    def __init__(self, svc: NodeService, ch: Channel, term: int, requests, context) -> None:
+    def __init__(
+        self, svc: NodeService, ch: Channel, term: int, producer_name: str, requests, context
+    ) -> None:
         self.svc = svc
+        self.producer_name = producer_name
         self.ch = ch
         self.term = term
         self.requests = requests
@@ -360,15 +372,24 @@ class _ProduceStream:
         self,
         body: bytes,
         count: int,
-        respond: Callable[[asyncio.Future], pb.ProduceResponse],
+        respond: Callable[[int, int, bool], pb.ProduceResponse],
         fail: Callable[[StreamingError], pb.ProduceResponse],
+        producer: tuple[str, int] | None = None,
     ) -> None:
+        """Append and answer once durable: respond(base, first tick, duplicate) or fail."""
         self.outstanding += 1
+        duplicate = False
         try:
-            future = self.svc.wal.append(self.ch, self.term, body, count)
+            future = self.svc.wal.append(self.ch, self.term, body, count, producer=producer)
         except StreamingError as err:
             self.out.put_nowait(fail(err))
             return
+        except Resent as resent:
+            r = resent.result
+            if resent.pending is None:
+                self.out.put_nowait(respond(r.base, r.first_tick, True))
+                return
+            future, duplicate = resent.pending, True
         size = len(body)
         self.inflight_bytes += size
 
@@ -377,7 +398,8 @@ class _ProduceStream:
             self.space.set()
             exc = f.exception()
             if exc is None:
-                self.out.put_nowait(respond(f))
+                base, first_tick = f.result()
+                self.out.put_nowait(respond(base, first_tick, duplicate))
             else:
                 err = exc if isinstance(exc, StreamingError) else Inner(str(exc))
                 self.out.put_nowait(fail(err))
@@ -399,8 +421,7 @@ class _ProduceStream:
             self.out.put_nowait(fail(err))
             return
 
-        def respond(f: asyncio.Future) -> pb.ProduceResponse:
-            base, first_tick = f.result()
+        def respond(base: int, first_tick: int, duplicate: bool) -> pb.ProduceResponse:
             return pb.ProduceResponse(
                 produce_batch=pb.ProduceBatchResponse(
                     request_id=rid,
@@ -408,11 +429,15 @@ class _ProduceStream:
                         first_id=pb.MessageID(id=encode_offset(base)),
                         count=count,
                         first_time_tick=first_tick,
+                        duplicate=duplicate,
                     ),
                 )
             )
 
-        self._submit(req.messages, count, respond, fail)
+        producer = (
+            (self.producer_name, req.sequence) if self.producer_name and req.sequence else None
+        )
+        self._submit(req.messages, count, respond, fail, producer)
 
     def _check_batch(self, body: bytes) -> int:
         try:
@@ -452,8 +477,7 @@ class _ProduceStream:
             )
             return
 
-        def respond(f: asyncio.Future) -> pb.ProduceResponse:
-            base, first_tick = f.result()
+        def respond(base: int, first_tick: int, _duplicate: bool) -> pb.ProduceResponse:
             return pb.ProduceResponse(
                 produce=pb.ProduceMessageResponse(
                     request_id=rid,

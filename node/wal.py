@@ -22,6 +22,13 @@ from streamwal.node.fencing import AssignOutcome, check_access, decide_assign, d
 from streamwal.node.group_commit import GroupCommitter
 from streamwal.node.log_store import ChannelMeta, LogStore, log_key
 from streamwal.node.metrics import NodeMetrics
+from streamwal.node.producers import (
+    BatchResult,
+    Duplicate,
+    ProducerState,
+    check_sequence,
+    record_accepted,
+)
 from streamwal.node.retention import plan_cut
 from streamwal.proto import streaming_pb2 as pb
 
@@ -42,6 +49,7 @@ class _Append:
     value: bytes
     accepted_at: float
     future: asyncio.Future
+    producer: tuple[str, int] | None = None  # (producer id, batch sequence)
 
 
 @dataclass(slots=True)
@@ -50,6 +58,19 @@ class _Truncate:
     keep_from: int
     freed: int
     future: asyncio.Future
+
+
+class Resent(Exception):
+    """An idempotent producer's batch that was accepted before: answer, do not append.
+
+    `pending` is the original's future while it is not durable yet; the answer must wait
+    for it, or an acknowledgement could precede durability.
+    """
+
+    def __init__(self, result: BatchResult, pending: asyncio.Future | None) -> None:
+        super().__init__("resent batch")
+        self.result = result
+        self.pending = pending
 
 
 def validate_name(name: str) -> None:
@@ -178,23 +199,51 @@ class Wal:
     # -- append ------------------------------------------------------------------------
 
     def append(
-        self, ch: Channel, term: int, body: bytes, count: int, flags: int = 0
+        self,
+        ch: Channel,
+        term: int,
+        body: bytes,
+        count: int,
+        flags: int = 0,
+        producer: tuple[str, int] | None = None,
     ) -> asyncio.Future:
         """Accept `count` messages (a serialized MessageBatch); the future resolves to
-        (base offset, first tick) once they are durable. Raises if fenced."""
+        (base offset, first tick) once they are durable. Raises if fenced, and raises
+        `Resent` for a batch an idempotent `producer` (id, sequence) sent before."""
         if self._closing:
             raise Inner("node is shutting down")
         check_access(ch.fence, ch.name, term)
+        state = None
+        if producer is not None:
+            state = self._producer_state(ch, producer[0])
+            try:
+                check_sequence(state, producer[1], producer[0])
+            except Duplicate as dup:
+                raise Resent(dup.result, ch.inflight.get(producer)) from None
         base = ch.next_offset
         ch.next_offset = base + count
         first_tick = ch.clock.allocate(count)
         value = records.encode(term, first_tick, count, body, flags)
         future = asyncio.get_running_loop().create_future()
         ch.last_append_ms = time.monotonic() * 1000
+        if producer is not None and state is not None:
+            record_accepted(state, producer[1], BatchResult(base, first_tick, count))
+            ch.inflight[producer] = future
         self._committer.submit(
-            _Append(ch, base, first_tick, count, value, time.perf_counter(), future)
+            _Append(ch, base, first_tick, count, value, time.perf_counter(), future, producer)
         )
         return future
+
+    def _producer_state(self, ch: Channel, producer_id: str) -> ProducerState:
+        state = ch.producer_states.get(producer_id)
+        if state is None:
+            raw = self.store.load_producer(ch.name, producer_id)
+            state = ProducerState.decode(raw) if raw else ProducerState()
+            ch.producer_states[producer_id] = state
+        return state
+
+    def last_sequence(self, ch: Channel, producer_id: str) -> int:
+        return self._producer_state(ch, producer_id).accepted
 
     def _prepare(self, group: list, wb) -> None:
         sizes: dict[str, tuple[Channel, int]] = {}
@@ -204,6 +253,10 @@ class Wal:
             if isinstance(item, _Append):
                 self.store.put_record(wb, ch.name, item.base, item.value)
                 size += len(item.value)
+                if item.producer is not None:
+                    pid, seq = item.producer
+                    window = ch.producer_states[pid].encode_upto(seq)
+                    self.store.put_producer(wb, ch.name, pid, window)
             else:
                 wb.delete_range(log_key(ch.name, 0), log_key(ch.name, item.keep_from))
                 size -= item.freed
@@ -224,6 +277,8 @@ class Wal:
                 m.appended_messages.labels(ch.name).inc(item.count)
                 m.appended_bytes.labels(ch.name).inc(len(item.value))
                 m.append_latency.observe(now - item.accepted_at)
+                if item.producer is not None:
+                    ch.inflight.pop(item.producer, None)
                 if not item.future.done():
                     item.future.set_result((item.base, item.first_tick))
             else:
@@ -242,7 +297,16 @@ class Wal:
         err = Inner(f"storage write failed: {exc}")
         touched: dict[str, Channel] = {}
         for item in group:
-            touched[item.channel.name] = item.channel
+            ch = item.channel
+            touched[ch.name] = ch
+            if isinstance(item, _Append) and item.producer is not None:
+                # Forget what never became durable, so the resend is appended for real.
+                pid, seq = item.producer
+                ch.inflight.pop(item.producer, None)
+                state = ch.producer_states.get(pid)
+                if state is not None:
+                    state.results.pop(seq, None)
+                    state.accepted = min(state.accepted, seq - 1)
             if not item.future.done():
                 item.future.set_exception(err)
         for ch in touched.values():

@@ -220,10 +220,12 @@ class ProduceRequest(_message.Message):
     def __init__(self, produce: _Optional[_Union[ProduceMessageRequest, _Mapping]] = ..., close: _Optional[_Union[CloseProducerRequest, _Mapping]] = ..., produce_batch: _Optional[_Union[ProduceBatchRequest, _Mapping]] = ...) -> None: ...
 
 class CreateProducerRequest(_message.Message):
-    __slots__ = ("pchannel",)
+    __slots__ = ("pchannel", "producer_id")
     PCHANNEL_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     pchannel: PChannelInfo
-    def __init__(self, pchannel: _Optional[_Union[PChannelInfo, _Mapping]] = ...) -> None: ...
+    producer_id: str
+    def __init__(self, pchannel: _Optional[_Union[PChannelInfo, _Mapping]] = ..., producer_id: _Optional[str] = ...) -> None: ...
 
 class ProduceMessageRequest(_message.Message):
     __slots__ = ("request_id", "message")
@@ -250,10 +252,12 @@ class ProduceResponse(_message.Message):
     def __init__(self, create: _Optional[_Union[CreateProducerResponse, _Mapping]] = ..., produce: _Optional[_Union[ProduceMessageResponse, _Mapping]] = ..., close: _Optional[_Union[CloseProducerResponse, _Mapping]] = ..., produce_batch: _Optional[_Union[ProduceBatchResponse, _Mapping]] = ...) -> None: ...
 
 class CreateProducerResponse(_message.Message):
-    __slots__ = ("producer_id",)
+    __slots__ = ("producer_id", "last_sequence")
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     producer_id: int
-    def __init__(self, producer_id: _Optional[int] = ...) -> None: ...
+    last_sequence: int
+    def __init__(self, producer_id: _Optional[int] = ..., last_sequence: _Optional[int] = ...) -> None: ...
 
 class ProduceMessageResponse(_message.Message):
     __slots__ = ("request_id", "result", "error")
@@ -378,12 +382,14 @@ class MessageBatch(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
 
 class ProduceBatchRequest(_message.Message):
-    __slots__ = ("request_id", "messages")
+    __slots__ = ("request_id", "messages", "sequence")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     messages: bytes
-    def __init__(self, request_id: _Optional[int] = ..., messages: _Optional[bytes] = ...) -> None: ...
+    sequence: int
+    def __init__(self, request_id: _Optional[int] = ..., messages: _Optional[bytes] = ..., sequence: _Optional[int] = ...) -> None: ...
 
 class ProduceBatchResponse(_message.Message):
     __slots__ = ("request_id", "result", "error")
@@ -396,14 +402,16 @@ class ProduceBatchResponse(_message.Message):
     def __init__(self, request_id: _Optional[int] = ..., result: _Optional[_Union[ProduceBatchResult, _Mapping]] = ..., error: _Optional[_Union[StreamingError, _Mapping]] = ...) -> None: ...
 
 class ProduceBatchResult(_message.Message):
-    __slots__ = ("first_id", "count", "first_time_tick")
+    __slots__ = ("first_id", "count", "first_time_tick", "duplicate")
     FIRST_ID_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
     FIRST_TIME_TICK_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
     first_id: MessageID
     count: int
     first_time_tick: int
-    def __init__(self, first_id: _Optional[_Union[MessageID, _Mapping]] = ..., count: _Optional[int] = ..., first_time_tick: _Optional[int] = ...) -> None: ...
+    duplicate: bool
+    def __init__(self, first_id: _Optional[_Union[MessageID, _Mapping]] = ..., count: _Optional[int] = ..., first_time_tick: _Optional[int] = ..., duplicate: _Optional[bool] = ...) -> None: ...
 
 class ConsumerOptions(_message.Message):
     __slots__ = ("batched", "skip_time_ticks", "end_offset")

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from streamwal.errors import ChannelFenced, ChannelNotExist, IgnoredOperation, UnmatchedChannelTerm
+from streamwal.errors import (
+    ChannelFenced,
+    ChannelNotExist,
+    IgnoredOperation,
+    UnmatchedChannelTerm,
+    is_fencing_error,
+)
 from streamwal.node.clock import LOGICAL_BITS, HybridClock, compose, physical_ms
 from streamwal.node.fencing import (
     AssignOutcome,
@@ -11,7 +17,6 @@ from streamwal.node.fencing import (
     check_access,
     decide_assign,
     decide_remove,
-    is_fencing_error,
 )
 
 # -- clock -------------------------------------------------------------------------------

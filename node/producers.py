@@ -1,0 +1,84 @@
+"""Idempotent producers: a resent batch is answered from memory, never appended twice.
+
+A producer that names itself (`producer_id`) numbers its batches 1, 2, 3, ... per
+pchannel. The node remembers, per producer, the last sequence it accepted and the
+results of the last WINDOW batches, and persists that window in the same RocksDB write
+as the batch itself, so the answer to a resend survives a restart exactly as far as the
+batch does. Pure bookkeeping: the Wal decides when to persist.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from streamwal.errors import IgnoredOperation
+
+WINDOW = 32  # results kept per producer: more than a client's batches in flight
+_ENTRY = struct.Struct(">QQQI")  # sequence, base offset, first tick, count
+
+
+@dataclass(frozen=True, slots=True)
+class BatchResult:
+    base: int
+    first_tick: int
+    count: int
+
+
+@dataclass
+class ProducerState:
+    accepted: int = 0  # last sequence accepted (durable or in flight)
+    results: OrderedDict[int, BatchResult] = field(default_factory=OrderedDict)
+
+    def encode_upto(self, sequence: int) -> bytes:
+        """The window as persisted with batch `sequence`: nothing after it, which may not
+        be durable yet."""
+        return b"".join(
+            _ENTRY.pack(seq, r.base, r.first_tick, r.count)
+            for seq, r in self.results.items()
+            if seq <= sequence
+        )
+
+    @staticmethod
+    def decode(raw: bytes) -> ProducerState:
+        state = ProducerState()
+        for off in range(0, len(raw), _ENTRY.size):
+            seq, base, tick, count = _ENTRY.unpack_from(raw, off)
+            state.results[seq] = BatchResult(base, tick, count)
+            state.accepted = max(state.accepted, seq)
+        return state
+
+
+class Duplicate(Exception):
+    """The batch was accepted before; `result` is what it got."""
+
+    def __init__(self, result: BatchResult) -> None:
+        super().__init__(f"duplicate of a batch appended at offset {result.base}")
+        self.result = result
+
+
+def check_sequence(state: ProducerState | None, sequence: int, producer_id: str) -> None:
+    """Raises Duplicate (answer from memory) or IgnoredOperation (appended, too old to
+    answer); returns when the batch must be appended.
+
+    Gaps are allowed: a batch the node rejected (too large, malformed) used up its
+    sequence number without being appended, and a producer's state may live on another
+    node. Order within a producer is kept by its single stream.
+    """
+    if state is None or sequence > state.accepted:
+        return
+    known = state.results.get(sequence)
+    if known is not None:
+        raise Duplicate(known)
+    raise IgnoredOperation(
+        f"producer {producer_id!r} batch {sequence} was appended long ago "
+        f"(last {state.accepted}); its result is no longer kept"
+    )
+
+
+def record_accepted(state: ProducerState, sequence: int, result: BatchResult) -> None:
+    state.accepted = sequence
+    state.results[sequence] = result
+    while len(state.results) > WINDOW:
+        state.results.popitem(last=False)
