@@ -336,12 +336,16 @@ class CloseConsumerResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class StreamingNodeManagerAssignRequest(_message.Message):
-    __slots__ = ("pchannel", "retention")
+    __slots__ = ("pchannel", "retention", "catch_up_from", "min_next_offset")
     PCHANNEL_FIELD_NUMBER: _ClassVar[int]
     RETENTION_FIELD_NUMBER: _ClassVar[int]
+    CATCH_UP_FROM_FIELD_NUMBER: _ClassVar[int]
+    MIN_NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     pchannel: PChannelInfo
     retention: RetentionPolicy
-    def __init__(self, pchannel: _Optional[_Union[PChannelInfo, _Mapping]] = ..., retention: _Optional[_Union[RetentionPolicy, _Mapping]] = ...) -> None: ...
+    catch_up_from: str
+    min_next_offset: int
+    def __init__(self, pchannel: _Optional[_Union[PChannelInfo, _Mapping]] = ..., retention: _Optional[_Union[RetentionPolicy, _Mapping]] = ..., catch_up_from: _Optional[str] = ..., min_next_offset: _Optional[int] = ...) -> None: ...
 
 class StreamingNodeManagerAssignResponse(_message.Message):
     __slots__ = ()
@@ -374,6 +378,36 @@ class StreamingNodeManagerCollectStatusResponse(_message.Message):
     server_id: int
     channels: _containers.RepeatedCompositeFieldContainer[PChannelStatus]
     def __init__(self, balance_attributes: _Optional[_Union[StreamingNodeBalanceAttributes, _Mapping]] = ..., server_id: _Optional[int] = ..., channels: _Optional[_Iterable[_Union[PChannelStatus, _Mapping]]] = ...) -> None: ...
+
+class FetchRequest(_message.Message):
+    __slots__ = ("pchannel", "from_offset", "end_offset")
+    PCHANNEL_FIELD_NUMBER: _ClassVar[int]
+    FROM_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    pchannel: str
+    from_offset: int
+    end_offset: int
+    def __init__(self, pchannel: _Optional[str] = ..., from_offset: _Optional[int] = ..., end_offset: _Optional[int] = ...) -> None: ...
+
+class FetchResponse(_message.Message):
+    __slots__ = ("base_offset", "record", "log_end", "term_history")
+    BASE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    LOG_END_FIELD_NUMBER: _ClassVar[int]
+    TERM_HISTORY_FIELD_NUMBER: _ClassVar[int]
+    base_offset: int
+    record: bytes
+    log_end: int
+    term_history: _containers.RepeatedCompositeFieldContainer[TermStart]
+    def __init__(self, base_offset: _Optional[int] = ..., record: _Optional[bytes] = ..., log_end: _Optional[int] = ..., term_history: _Optional[_Iterable[_Union[TermStart, _Mapping]]] = ...) -> None: ...
+
+class TermStart(_message.Message):
+    __slots__ = ("term", "first_offset")
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    term: int
+    first_offset: int
+    def __init__(self, term: _Optional[int] = ..., first_offset: _Optional[int] = ...) -> None: ...
 
 class MessageBatch(_message.Message):
     __slots__ = ("messages",)

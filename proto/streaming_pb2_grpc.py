@@ -619,3 +619,95 @@ class StreamingNodeManagerService:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class StreamingNodeReplicationServiceStub:
+    """
+    streamwal additions
+
+
+    StreamingNodeReplicationService lets a node copy a pchannel's log from another node:
+    records travel verbatim (header, checksum and all), so both logs are byte-identical.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Fetch = channel.unary_stream(
+                '/milvus.proto.streaming.StreamingNodeReplicationService/Fetch',
+                request_serializer=streaming__pb2.FetchRequest.SerializeToString,
+                response_deserializer=streaming__pb2.FetchResponse.FromString,
+                _registered_method=True)
+
+
+class StreamingNodeReplicationServiceServicer:
+    """
+    streamwal additions
+
+
+    StreamingNodeReplicationService lets a node copy a pchannel's log from another node:
+    records travel verbatim (header, checksum and all), so both logs are byte-identical.
+    """
+
+    def Fetch(self, request, context):
+        """Fetch streams stored records of a pchannel from `from_offset` up to the log's end
+        at the time of the call (or up to `end_offset`), whatever the pchannel's fence.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_StreamingNodeReplicationServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Fetch': grpc.unary_stream_rpc_method_handler(
+                    servicer.Fetch,
+                    request_deserializer=streaming__pb2.FetchRequest.FromString,
+                    response_serializer=streaming__pb2.FetchResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'milvus.proto.streaming.StreamingNodeReplicationService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('milvus.proto.streaming.StreamingNodeReplicationService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class StreamingNodeReplicationService:
+    """
+    streamwal additions
+
+
+    StreamingNodeReplicationService lets a node copy a pchannel's log from another node:
+    records travel verbatim (header, checksum and all), so both logs are byte-identical.
+    """
+
+    @staticmethod
+    def Fetch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/milvus.proto.streaming.StreamingNodeReplicationService/Fetch',
+            streaming__pb2.FetchRequest.SerializeToString,
+            streaming__pb2.FetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
