@@ -116,10 +116,14 @@ class NodeClient:
         *,
         retention_age_ms: int | None = None,
         retention_bytes: int | None = None,
+        catch_up_from: str = "",
+        min_next_offset: int = 0,
     ) -> None:
         """Make the node serve `pchannel` under `term`; a retention bound replaces its policy."""
         req = pb.StreamingNodeManagerAssignRequest(
-            pchannel=pb.PChannelInfo(name=pchannel, term=term)
+            pchannel=pb.PChannelInfo(name=pchannel, term=term),
+            catch_up_from=catch_up_from,
+            min_next_offset=min_next_offset,
         )
         if retention_age_ms is not None or retention_bytes is not None:
             req.retention.max_age_ms = retention_age_ms or 0

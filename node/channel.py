@@ -32,6 +32,7 @@ class Channel:
         self.next_offset = tail.next_offset  # next offset to hand out
         self.committed_next = tail.next_offset  # everything below is durable and visible
         self.size_bytes = tail.size_bytes  # retained bytes, counting accepted appends
+        self.last_term = tail.last_term  # term of the newest record
         self.last_append_ms = 0.0
         self.producers = 0
         self.consumers = 0
@@ -87,6 +88,10 @@ class Channel:
     def rewind_uncommitted(self) -> None:
         """After a failed write: forget offsets handed out but never made durable."""
         self.next_offset = self.committed_next
+
+    def drop_cache_after(self, offset: int) -> None:
+        while self._tail and self._tail[-1][0] >= offset:
+            self._tail_bytes -= len(self._tail.pop()[1])
 
     def drop_cache_before(self, offset: int) -> None:
         while self._tail and self._tail[0][0] < offset:

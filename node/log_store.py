@@ -84,6 +84,7 @@ class Tail:
     next_offset: int
     last_tick: int
     size_bytes: int
+    last_term: int = 0  # term of the newest record
 
 
 class LogStore:
@@ -137,12 +138,12 @@ class LogStore:
         if not it.valid() or not it.key().startswith(prefix):
             return Tail(0, 0, 0, 0)
         base = _U64.unpack(it.key()[len(prefix) :])[0]
-        _, first_tick, count = records.peek(it.value())
+        last_term, first_tick, count = records.peek(it.value())
         it.seek(prefix)
         first = _U64.unpack(it.key()[len(prefix) :])[0]
         raw = self._db.get(_size_key(name))
         size = _U64.unpack(raw)[0] if raw else 0
-        return Tail(first, base + count, first_tick + count - 1, size)
+        return Tail(first, base + count, first_tick + count - 1, size, last_term)
 
     # -- records -----------------------------------------------------------------------
 
@@ -201,6 +202,27 @@ class LogStore:
             _, first_tick, count = records.peek(value)
             yield _U64.unpack(key[plen:])[0], first_tick, count, len(value)
             it.next()
+
+    def truncate_from(self, name: str, offset: int) -> int:
+        """Drop every record at or after `offset` (and the producer windows, which may
+        name them); returns the bytes dropped. Synchronous and durable."""
+        dropped = sum(len(v) for _, v in self.records_from(name, offset, 1 << 30) if v)
+        wb = WriteBatch(raw_mode=True)
+        wb.delete_range(log_key(name, offset), log_prefix(name) + _MAX_KEY + b"\xff")
+        producers = b"p" + name.encode() + b"\0"
+        wb.delete_range(producers, producers + b"\xff" * 129)
+        raw = self._db.get(_size_key(name))
+        size = _U64.unpack(raw)[0] if raw else 0
+        wb.put(_size_key(name), _U64.pack(max(0, size - dropped)))
+        opts = WriteOptions()
+        opts.sync = True
+        self._db.write(wb, opts)
+        return dropped
+
+    def write_synced(self, wb: WriteBatch) -> None:
+        opts = WriteOptions()
+        opts.sync = True
+        self._db.write(wb, opts)
 
     def delete_before(self, name: str, offset: int, size_after: int) -> None:
         """Drop every record whose base is below `offset` and store the new size."""

@@ -2,7 +2,9 @@
 
 One RocksDB value holds many messages so that per-message work stays out of the append
 and catch-up paths; message i of a record has offset base + i and tick first_tick + i.
-The CRC covers header fields and body, so a torn or bit-flipped value is detected on read.
+The CRC covers header fields, extension and body, so a torn or bit-flipped value is
+detected on read. A record of an idempotent producer carries (producer id, sequence) in a
+header extension, so a node that copies the log also learns how to answer resends.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ from streamwal.errors import Inner
 
 VERSION = 1
 FLAG_TIME_TICK = 0x01  # the record is one TimeTick message appended by the node
+FLAG_PRODUCER = 0x02  # an extension (u8 id length, id, u64 sequence) follows the header
 # version, flags, reserved, crc32, term, first time tick, count
 _HEADER = struct.Struct(">BBHIqQI")
 _CHECKED = struct.Struct(">BqQI")  # the header fields the CRC covers: flags, term, tick, count
 HEADER_SIZE = _HEADER.size
+_SEQ = struct.Struct(">Q")
 
 
 class CorruptRecord(Inner):
@@ -32,16 +36,29 @@ class Record:
     count: int
     body: bytes  # serialized MessageBatch
     flags: int = 0
+    producer: tuple[str, int] | None = None  # (producer id, batch sequence)
 
     @property
     def last_tick(self) -> int:
         return self.first_tick + self.count - 1
 
 
-def encode(term: int, first_tick: int, count: int, body: bytes, flags: int = 0) -> bytes:
+def encode(
+    term: int,
+    first_tick: int,
+    count: int,
+    body: bytes,
+    flags: int = 0,
+    producer: tuple[str, int] | None = None,
+) -> bytes:
+    ext = b""
+    if producer is not None:
+        raw_id = producer[0].encode()
+        ext = bytes([len(raw_id)]) + raw_id + _SEQ.pack(producer[1])
+        flags |= FLAG_PRODUCER
     checked = _CHECKED.pack(flags, term, first_tick, count)
-    crc = zlib.crc32(body, zlib.crc32(checked))
-    return _HEADER.pack(VERSION, flags, 0, crc, term, first_tick, count) + body
+    crc = zlib.crc32(body, zlib.crc32(ext, zlib.crc32(checked)))
+    return _HEADER.pack(VERSION, flags, 0, crc, term, first_tick, count) + ext + body
 
 
 def decode(value: bytes, where: str = "") -> Record:
@@ -50,10 +67,24 @@ def decode(value: bytes, where: str = "") -> Record:
     version, flags, _, crc, term, first_tick, count = _HEADER.unpack_from(value)
     if version != VERSION:
         raise CorruptRecord(f"record {where} has unknown version {version}")
-    body = value[HEADER_SIZE:]
-    if zlib.crc32(body, zlib.crc32(_CHECKED.pack(flags, term, first_tick, count))) != crc:
+    start = HEADER_SIZE
+    producer = None
+    if flags & FLAG_PRODUCER:
+        if len(value) < start + 1 or len(value) < start + 1 + value[start] + _SEQ.size:
+            raise CorruptRecord(f"record {where} has a truncated producer extension")
+        id_len = value[start]
+        seq_at = start + 1 + id_len
+        try:
+            producer = (value[start + 1 : seq_at].decode(), _SEQ.unpack_from(value, seq_at)[0])
+        except UnicodeDecodeError:
+            raise CorruptRecord(f"record {where} has a garbled producer id") from None
+        start = seq_at + _SEQ.size
+    ext = value[HEADER_SIZE:start]
+    body = value[start:]
+    checked = _CHECKED.pack(flags, term, first_tick, count)
+    if zlib.crc32(body, zlib.crc32(ext, zlib.crc32(checked))) != crc:
         raise CorruptRecord(f"record {where} failed its checksum")
-    return Record(term, first_tick, count, body, flags)
+    return Record(term, first_tick, count, body, flags, producer)
 
 
 def peek(value: bytes) -> tuple[int, int, int]:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import grpc
 from google.protobuf.message import DecodeError
 from grpc import aio
-from streamwal.errors import Inner, InvalidArgument, OnShutdown, StreamingError
+from streamwal.errors import ChannelNotExist, Inner, InvalidArgument, OnShutdown, StreamingError
 from streamwal.grpc_errors import status_for, trailing
 from streamwal.ids import encode_offset
 from streamwal.node import delivery, records
@@ -110,7 +110,47 @@ class NodeService:
                 )
             },
         )
-        return [handler, manager, state]
+        replication = grpc.method_handlers_generic_handler(
+            "milvus.proto.streaming.StreamingNodeReplicationService",
+            {
+                "Fetch": grpc.unary_stream_rpc_method_handler(
+                    self.fetch, _tolerant(pb.FetchRequest), ser
+                )
+            },
+        )
+        return [handler, manager, state, replication]
+
+    # -- replication -------------------------------------------------------------------
+
+    async def fetch(self, request, context):
+        """Stored records from `from_offset` to the end at call time, whatever the fence:
+        a fenced previous owner is exactly who a new owner copies from."""
+        try:
+            if isinstance(request, Malformed):
+                raise InvalidArgument(request.reason)
+            ch = self.wal.channels.get(request.pchannel)
+            if ch is None:
+                raise ChannelNotExist(f"pchannel {request.pchannel!r} has no log on this node")
+        except StreamingError as err:
+            await _abort(context, err)
+            return
+        end = ch.committed_next
+        if request.HasField("end_offset"):
+            end = min(end, request.end_offset)
+        yield pb.FetchResponse(
+            log_end=end,
+            term_history=[pb.TermStart(term=t, first_offset=o) for t, o in ch.meta.history],
+        )
+        position = request.from_offset
+        while position < end:
+            recs = self.wal.read(ch, position, READ_RECORDS)
+            if not recs:
+                break
+            for base, value in recs:
+                if base >= end:
+                    return
+                yield pb.FetchResponse(base_offset=base, record=value, log_end=end)
+                position = base + records.peek(value)[2]
 
     # -- manager -----------------------------------------------------------------------
 
@@ -127,7 +167,13 @@ class NodeService:
     async def assign(self, request, context):
         async def act(req):
             retention = req.retention if req.HasField("retention") else None
-            await self.wal.assign(req.pchannel.name, req.pchannel.term, retention)
+            await self.wal.assign(
+                req.pchannel.name,
+                req.pchannel.term,
+                retention,
+                req.catch_up_from,
+                req.min_next_offset,
+            )
             return pb.StreamingNodeManagerAssignResponse()
 
         return await self._unary(request, context, act)

@@ -15,9 +15,10 @@ from dataclasses import dataclass, replace
 
 from streamwal.errors import Inner, InvalidArgument, StreamingError
 from streamwal.message import PROP_TYPE, MsgType
-from streamwal.node import records
+from streamwal.node import peer, records
 from streamwal.node.channel import Channel
 from streamwal.node.config import NodeConfig
+from streamwal.node.divergence import divergence_point
 from streamwal.node.fencing import AssignOutcome, check_access, decide_assign, decide_remove
 from streamwal.node.group_commit import GroupCommitter
 from streamwal.node.log_store import ChannelMeta, LogStore, log_key
@@ -130,9 +131,18 @@ class Wal:
     # -- management --------------------------------------------------------------------
 
     async def assign(
-        self, name: str, term: int, retention: pb.RetentionPolicy | None = None
+        self,
+        name: str,
+        term: int,
+        retention: pb.RetentionPolicy | None = None,
+        catch_up_from: str = "",
+        min_next_offset: int = 0,
     ) -> AssignOutcome:
-        """Serve `name` under `term` (persisted first); `retention` replaces its policy."""
+        """Serve `name` under `term` (persisted first); `retention` replaces its policy.
+
+        With `catch_up_from` (the previous owner, already fenced) every record this node
+        lacks is copied from there first, so the new term continues the same log.
+        """
         validate_name(name)
         if retention is not None and (retention.max_age_ms < 0 or retention.max_bytes < 0):
             raise InvalidArgument("retention bounds must be >= 0")
@@ -160,6 +170,19 @@ class Wal:
             self.channels[name] = ch
         else:
             await self._drain(ch)
+        if catch_up_from:
+            try:
+                await self._catch_up(ch, catch_up_from)
+            except StreamingError:
+                if not ch.meta.term:  # never assigned here: leave no trace of the attempt
+                    self.channels.pop(name, None)
+                raise
+        if ch.next_offset < min_next_offset:  # no catch-up possible: never reuse offsets
+            log.warning(
+                "offset gap",
+                extra={"pchannel": name, "from": ch.next_offset, "to": min_next_offset},
+            )
+            ch.next_offset = ch.committed_next = min_next_offset
         meta = replace(
             ch.meta, term=term, serving=True, history=[*ch.meta.history, (term, ch.next_offset)]
         )
@@ -173,6 +196,82 @@ class Wal:
         self._publish_gauges(ch)
         log.info("assigned", extra={"pchannel": name, "term": term, "next_offset": ch.next_offset})
         return outcome
+
+    async def _catch_up(self, ch: Channel, source: str) -> None:
+        """Copy the records this node lacks from `source`, cutting a divergent suffix first."""
+        started = time.perf_counter()
+        try:
+            stream = peer.fetch(source, ch.name, ch.next_offset)
+            first = await anext(stream)  # the source's term history, no record
+            history = [(t.term, t.first_offset) for t in first.term_history]
+            cut = divergence_point(ch.next_offset, ch.last_term, history)
+            if cut is not None:
+                await stream.aclose()
+                await self._truncate(ch, cut)
+                stream = peer.fetch(source, ch.name, ch.next_offset)
+                await anext(stream)
+            copied = await self._copy(ch, stream, source)
+        except (StreamingError, StopAsyncIteration) as err:
+            raise Inner(f"cannot catch up {ch.name!r} from {source}: {err}") from None
+        log.info(
+            "caught up",
+            extra={
+                "pchannel": ch.name,
+                "source": source,
+                "messages": copied,
+                "next_offset": ch.next_offset,
+                "seconds": round(time.perf_counter() - started, 3),
+            },
+        )
+
+    async def _copy(self, ch: Channel, stream, source: str) -> int:
+        """Write every fetched record verbatim (checksum verified), in synced chunks."""
+        loop = asyncio.get_running_loop()
+        copied, wb, pending = 0, self.store.new_batch(), 0
+        async for resp in stream:
+            where = f"{ch.name}@{resp.base_offset} from {source}"
+            rec = records.decode(resp.record, where)
+            self._apply_copied(ch, wb, resp.base_offset, resp.record, rec)
+            copied += rec.count
+            pending += len(resp.record)
+            if pending >= 8 * 1024 * 1024:
+                self.store.put_size(wb, ch.name, ch.size_bytes)
+                await loop.run_in_executor(None, self.store.write_synced, wb)
+                wb, pending = self.store.new_batch(), 0
+        self.store.put_size(wb, ch.name, ch.size_bytes)
+        await loop.run_in_executor(None, self.store.write_synced, wb)
+        return copied
+
+    def _apply_copied(self, ch: Channel, wb, base: int, value: bytes, rec: records.Record) -> None:
+        self.store.put_record(wb, ch.name, base, value)
+        if rec.producer is not None:
+            pid, seq = rec.producer
+            state = self._producer_state(ch, pid)
+            record_accepted(state, seq, BatchResult(base, rec.first_tick, rec.count))
+            self.store.put_producer(wb, ch.name, pid, state.encode_upto(seq))
+        if ch.next_offset == 0 and not ch.size_bytes:
+            ch.first_offset = base
+        ch.committed(base, rec.count, value)
+        ch.next_offset = base + rec.count
+        ch.size_bytes += len(value)
+        ch.last_term = rec.term
+        ch.clock.observe(rec.last_tick)
+
+    async def _truncate(self, ch: Channel, offset: int) -> None:
+        """Cut this node's divergent suffix (records from an unclean failover's loser)."""
+        dropped = await asyncio.get_running_loop().run_in_executor(
+            None, self.store.truncate_from, ch.name, offset
+        )
+        log.warning(
+            "truncated divergent suffix",
+            extra={"pchannel": ch.name, "from": offset, "to": ch.next_offset, "bytes": dropped},
+        )
+        ch.next_offset = ch.committed_next = offset
+        ch.size_bytes = max(0, ch.size_bytes - dropped)
+        ch.drop_cache_after(offset)
+        ch.producer_states.clear()
+        tail = self.store.tail(ch.name)
+        ch.last_term = tail.last_term
 
     async def remove(self, name: str, term: int) -> None:
         ch = self.channels.get(name)
@@ -223,7 +322,7 @@ class Wal:
         base = ch.next_offset
         ch.next_offset = base + count
         first_tick = ch.clock.allocate(count)
-        value = records.encode(term, first_tick, count, body, flags)
+        value = records.encode(term, first_tick, count, body, flags, producer)
         future = asyncio.get_running_loop().create_future()
         ch.last_append_ms = time.monotonic() * 1000
         if producer is not None and state is not None:
@@ -274,6 +373,7 @@ class Wal:
             touched[ch.name] = ch
             if isinstance(item, _Append):
                 ch.committed(item.base, item.count, item.value)
+                ch.last_term = ch.term
                 m.appended_messages.labels(ch.name).inc(item.count)
                 m.appended_bytes.labels(ch.name).inc(len(item.value))
                 m.append_latency.observe(now - item.accepted_at)

@@ -1,0 +1,98 @@
+"""Moves that keep the log whole: a new owner copies what it lacks from the fenced
+previous owner (Assign.catch_up_from), cuts a divergent suffix by term history, and
+never reuses offsets when no copy is possible (Assign.min_next_offset)."""
+
+from __future__ import annotations
+
+import pytest
+from streamwal.client.node_client import NodeClient
+from streamwal.client.policy import DeliverPolicy
+from streamwal.errors import ChannelNotExist, Inner
+from streamwal.node.divergence import divergence_point
+
+
+def test_divergence_point_follows_the_source_term_history() -> None:
+    history = [(1, 0), (2, 60), (5, 90)]
+    assert divergence_point(100, 1, history) == 60  # our term-1 tail past 60 is not theirs
+    assert divergence_point(50, 1, history) is None  # we stop before they diverge
+    assert divergence_point(95, 2, history) == 90
+    assert divergence_point(95, 5, history) is None  # we are on their newest term
+    assert divergence_point(10, 0, []) is None
+
+
+async def _read(c: NodeClient, pch: str, term: int) -> list:
+    end = next(s for s in (await c.collect_status()).channels if s.pchannel.name == pch)
+    consumer = await c.consumer(
+        pch, term, DeliverPolicy.all(), time_ticks=False, end_offset=end.next_offset
+    )
+    got = [m async for m in consumer]
+    await consumer.close()
+    return got
+
+
+async def test_move_with_catch_up_continues_the_log_and_dedup(start_node, pchannel) -> None:
+    a = start_node("a", node_id=1)
+    b = start_node("b", node_id=2)
+    async with NodeClient(a.address) as ca, NodeClient(b.address) as cb:
+        await ca.assign(pchannel, 1)
+        producer = await ca.producer(pchannel, 1, producer_id="app")
+        first = await producer.send_many([b"a%d" % i for i in range(3000)])
+        await producer.close()
+        await ca.remove(pchannel, 1)  # the coord fences the old owner first
+        await cb.assign(pchannel, 2, catch_up_from=a.address)
+        producer = await cb.producer(pchannel, 2, producer_id="app")
+        assert producer.last_sequence == 1  # the producer window moved with the records
+        after = await producer.send_many([b"b"])
+        await producer.close()
+        got = await _read(cb, pchannel, 2)
+    assert [m.payload for m in got] == [b"a%d" % i for i in range(3000)] + [b"b"]
+    assert [m.offset for m in got] == list(range(first[0].offset, after[0].offset + 1))
+    assert {m.term for m in got[:-1]} == {1} and got[-1].term == 2
+    ticks = [m.time_tick for m in got]
+    assert ticks == sorted(ticks) and len(set(ticks)) == len(ticks)
+
+
+async def test_move_back_cuts_the_unclean_suffix(start_node, pchannel) -> None:
+    """A owns term 1 and is lost; B takes term 2 without A's tail (unclean, offsets kept
+    above what the coord last saw); A comes back and takes term 3 from B: A's stranded
+    term-1 tail is cut and the log is B's."""
+    a = start_node("a", node_id=1)
+    b = start_node("b", node_id=2)
+    async with NodeClient(a.address) as ca, NodeClient(b.address) as cb:
+        await ca.assign(pchannel, 1)
+        producer = await ca.producer(pchannel, 1)
+        seen = await producer.send_many([b"seen%d" % i for i in range(60)])
+        stranded = await producer.send_many([b"stranded%d" % i for i in range(40)])
+        await producer.close()
+        await cb.assign(pchannel, 2, min_next_offset=seen[-1].offset + 1)
+        producer = await cb.producer(pchannel, 2)
+        newer = await producer.send_many([b"newer%d" % i for i in range(20)])
+        await producer.close()
+        assert newer[0].offset == seen[-1].offset + 1 == stranded[0].offset
+        await cb.remove(pchannel, 2)
+        await ca.assign(pchannel, 3, catch_up_from=b.address)
+        got = await _read(ca, pchannel, 3)
+    assert [m.payload for m in got] == [b"seen%d" % i for i in range(60)] + [
+        b"newer%d" % i for i in range(20)
+    ]
+    assert [m.offset for m in got] == list(range(80))
+
+
+async def test_catch_up_from_an_unreachable_node_fails_and_serves_nothing(
+    start_node, pchannel
+) -> None:
+    b = start_node("b", node_id=2)
+    async with NodeClient(b.address) as cb:
+        with pytest.raises(Inner, match="cannot catch up"):
+            await cb.assign(pchannel, 2, catch_up_from="127.0.0.1:1")
+        with pytest.raises(ChannelNotExist):
+            await cb.producer(pchannel, 2)
+        await cb.assign(pchannel, 2)  # without catch-up it may still be assigned
+
+
+async def test_catch_up_from_a_node_without_the_pchannel_fails(start_node, pchannel) -> None:
+    a = start_node("a", node_id=1)
+    b = start_node("b", node_id=2)
+    async with NodeClient(b.address) as cb:
+        with pytest.raises(Inner, match="no log on this node"):
+            await cb.assign(pchannel, 2, catch_up_from=a.address)
