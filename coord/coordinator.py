@@ -26,7 +26,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 
-from streamwal.coord import balancer
+from streamwal.coord import balancer, catch_up
 from streamwal.coord import state_machine as sm
 from streamwal.coord.discovery import AssignmentHub
 from streamwal.coord.liveness import Liveness, LivenessTracker
@@ -89,6 +89,10 @@ class Coordinator:
         self._assigned_at: dict[str, float] = {}
         self._lost_at: dict[int, float] = {}
         self._failed_target: dict[str, int] = {}
+        # Catch-up on moves: the node holding a moving channel's records (kept from the
+        # start of the move to its ASSIGNED), and the highest end of log probes reported.
+        self._holder: dict[str, sm.NodeRef] = {}
+        self._seen_next: dict[str, int] = {}
         self._recheck: set[str] = set()
         self._rebalance_due = True
         self._next_rebalance = 0.0
@@ -366,6 +370,9 @@ class Coordinator:
                 return False
             before = stored.record.meta
             previous = sm.owner(before)
+            holder = catch_up.data_holder(before, self._holder.get(name))
+            if holder is not None:
+                self._holder[name] = holder
             try:
                 if target is not None:
                     meta = sm.begin_assignment(before, target)
@@ -380,6 +387,7 @@ class Coordinator:
                 return False
             after = self._records[name].record.meta
             self._failed_target.pop(name, None)
+            self._holder.pop(name, None)
             self.metrics.reassignments.labels(reason).inc()
             fields = {
                 "pchannel": name,
@@ -408,9 +416,15 @@ class Coordinator:
             if isinstance(action, sm.RemoveOld):
                 await self._remove_best_effort(action)
             elif isinstance(action, sm.AssignNew):
+                plan = self._catch_up_plan(name, meta, action.node)
                 try:
                     await self.links.assign(
-                        action.node.address, name, action.term, self.config.assign_timeout
+                        action.node.address,
+                        name,
+                        action.term,
+                        self.config.assign_timeout,
+                        catch_up_from=plan.catch_up_from,
+                        min_next_offset=plan.min_next_offset,
                     )
                 except StreamingError as err:
                     log.warning(
@@ -429,11 +443,41 @@ class Coordinator:
                         {"node": action.node.server_id, "term": action.term, "error": str(err)},
                     )
                     return False
+                if plan.unclean:
+                    self._report_unclean(name, action, plan)
             else:
                 await self._persist_meta(name, action.meta)
                 self._assigned_at[name] = self.clock()
             self._crash_point(action.step, name)
         return True
+
+    def _catch_up_plan(
+        self, name: str, meta: pb.PChannelMeta, target: sm.NodeRef
+    ) -> catch_up.CatchUpPlan:
+        holder = catch_up.data_holder(meta, self._holder.get(name))
+        lost = holder is not None and (
+            holder.server_id not in self.config.nodes
+            or self.tracker.state(holder.server_id) == Liveness.LOST
+        )
+        return catch_up.plan(holder, target, lost, self._seen_next.get(name, 0))
+
+    def _report_unclean(self, name: str, action: sm.AssignNew, plan: catch_up.CatchUpPlan) -> None:
+        """A move off a lost node without catch-up: say so loudly (log, metric, listener)."""
+        holder = self._holder.get(name)
+        fields = {
+            "pchannel": name,
+            "old_node": holder.server_id if holder else None,
+            "new_node": action.node.server_id,
+            "new_term": action.term,
+            "min_next_offset": plan.min_next_offset,
+            "stranded": "records the lost node acknowledged at or after min_next_offset",
+        }
+        self.metrics.unclean_failovers.inc()
+        log.warning(
+            "unclean failover",
+            extra=fields,
+        )
+        self._notify("unclean-failover", name, fields)
 
     async def _remove_best_effort(self, action: sm.RemoveOld) -> None:
         """Remove on a previous owner; a lost node gets a short wait, errors are logged."""
@@ -480,6 +524,9 @@ class Coordinator:
             else:
                 ok = True
                 self._status[node] = (started, [c.pchannel for c in status.channels])
+                for c in status.channels:
+                    seen = self._seen_next.get(c.pchannel.name, 0)
+                    self._seen_next[c.pchannel.name] = max(seen, c.next_offset)
         except StreamingError:
             pass
         if self.config.nodes.get(node) != address:
@@ -589,7 +636,12 @@ class Coordinator:
                 self._notify("unavailable", name, {"node": owner.server_id if owner else None})
 
     async def _rechecks(self, metas: dict[str, pb.PChannelMeta], live: set[int]) -> set[str]:
-        """Channels reported by clients whose owner does not serve them at their term now."""
+        """Channels reported by clients whose owner answers but does not serve them now.
+
+        An owner that does not answer is left to liveness: it either comes back (then its
+        channels move, or are re-assigned, with catch-up from it) or is declared LOST after
+        the grace period (failover). Moving at once would have to leave its records behind.
+        """
         names, self._recheck = self._recheck, set()
         out: set[str] = set()
         for name in sorted(names):
@@ -604,7 +656,7 @@ class Coordinator:
                 if (name, meta.channel.term) in served:
                     continue
             except StreamingError:
-                self._failed_target[name] = meta.node.server_id  # prefer another node
+                continue  # unreachable: see the docstring
             out.add(name)
         return out
 

@@ -33,6 +33,11 @@ class CoordMetrics:
             "Pchannels moved off a lost node.",
             registry=self.registry,
         )
+        self.unclean_failovers = Counter(
+            "streamwal_coord_unclean_failovers",
+            "Moves off a lost node without catch-up: its unseen records stay on it.",
+            registry=self.registry,
+        )
         self.failover_duration = Histogram(
             "streamwal_coord_failover_duration_seconds",
             "From detecting a node lost to its pchannel being ASSIGNED elsewhere.",

@@ -39,9 +39,20 @@ class NodeLinks:
         except grpc.RpcError as err:
             raise from_rpc_error(err) from None
 
-    async def assign(self, address: str, name: str, term: int, timeout: float) -> None:
+    async def assign(
+        self,
+        address: str,
+        name: str,
+        term: int,
+        timeout: float,
+        catch_up_from: str = "",
+        min_next_offset: int = 0,
+    ) -> None:
+        """Assign `name` at `term`; the node first copies what it lacks from `catch_up_from`."""
         request = pb.StreamingNodeManagerAssignRequest(
-            pchannel=pb.PChannelInfo(name=name, term=term)
+            pchannel=pb.PChannelInfo(name=name, term=term),
+            catch_up_from=catch_up_from,
+            min_next_offset=min_next_offset,
         )
         await self._call(address, "Assign", request, timeout)
 

@@ -200,7 +200,7 @@ class Discovery:
 async def test_assignment_discover_pushes_every_change_in_order(cluster):
     for i in (1, 2):
         await cluster.start_node(i)
-    # A huge grace: only the client's report_error can make the coord notice a dead node.
+    # A huge grace: only the client's report_error (or a probe) can make the coord act.
     await cluster.start_coord([1, 2], "--grace", "60")
     stream = Discovery(cluster.channel())
     await wait_for(lambda: stream.responses, 5, what="initial full assignment")
@@ -215,24 +215,29 @@ async def test_assignment_discover_pushes_every_change_in_order(cluster):
         n: (d.meta.node.server_id, d.meta.channel.term) for n, d in assigned.items()
     }
 
-    # report_error: the owner of a channel is dead; the coord re-checks it at once.
+    # report_error: the owner answers but no longer serves the channel; the coord re-checks
+    # it at once and assigns it again (with catch-up from that owner) under a higher term.
+    # (An owner that does not answer is left to liveness: see docs/decisions-coord.md.)
     victim = names[0]
-    dead = assigned[victim].meta.node.server_id
-    cluster.kill_node(dead)
+    owner = assigned[victim].meta.node.server_id
+    old_term = assigned[victim].meta.channel.term
+    async with NodeClient(cluster.node_address(owner)) as nc:
+        await nc.remove(victim, old_term)
     reported = time.monotonic()
     await stream.requests.put(
         pb.AssignmentDiscoverRequest(
             report_error=pb.ReportAssignmentErrorRequest(
                 pchannel=assigned[victim].meta.channel,
-                err=pb.StreamingError(code=pb.STREAMING_CODE_CHANNEL_NOT_EXIST, cause="test"),
+                err=pb.StreamingError(code=pb.STREAMING_CODE_CHANNEL_FENCED, cause="test"),
             )
         )
     )
     await wait_for(
-        lambda: stream.latest().get(victim, (dead, 0))[0] != dead, 5, what="reassign on report"
+        lambda: stream.latest().get(victim, (owner, 0))[1] > old_term,
+        5,
+        what="reassign on report",
     )
     print(f"\nreport_error -> pushed reassignment in {time.monotonic() - reported:.3f}s")
-    assert stream.latest()[victim][1] > assigned[victim].meta.channel.term
 
     versions = stream.versions()
     assert all(g == first[0] for g, _ in versions)
