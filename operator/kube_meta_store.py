@@ -1,0 +1,130 @@
+"""The coord's MetaStore on PChannel status: the Kubernetes API is the source of truth.
+
+Every write is a merge patch of the ``status`` subresource carrying the
+``metadata.resourceVersion`` the record was read at, which the API server treats as a
+precondition: a stale write gets 409 and becomes `VersionConflict`, the coordinator
+re-reads and decides again. So two operators racing can both try, but a term is only ever
+written over the version it was computed from, and terms only grow. ``spec`` is never
+written; objects are never created here (users create them with kubectl).
+
+The sync `kubernetes` client runs in worker threads; calls are few (one per state change
+and one list per resync), so this stays simple.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from streamwal.coord.meta_store import MetaStore, Stored, VersionConflict
+from streamwal.errors import InvalidArgument, Unavailable
+from streamwal.operator import status as st
+from streamwal.proto import coord_pb2 as cpb
+
+log = logging.getLogger("streamwal.operator.store")
+
+GROUP, VERSION, PLURAL, KIND = "streamwal.io", "v1alpha1", "pchannels", "PChannel"
+Obj = dict[str, Any]
+
+
+class KubeMetaStore(MetaStore):
+    """PChannel objects of one namespace; versions are their resourceVersions."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        namespace: str,
+        live_nodes: Callable[[], int] = lambda: 0,
+        timeout: float = 10.0,
+    ) -> None:
+        self.api = client.CustomObjectsApi(api)
+        self.namespace = namespace
+        self.live_nodes = live_nodes
+        self.timeout = timeout
+        self.notes: dict[str, st.Note] = {}
+        self.objects: dict[str, Obj] = {}  # last seen object per name (uid, generation)
+        # The cluster record (incarnation, drains) lives in memory: the incarnation starts
+        # from the wall clock in ms so a restarted or failed-over operator publishes newer
+        # AssignmentDiscover versions than its predecessor (clocks within seconds).
+        self._cluster = cpb.ClusterRecord(incarnation=int(time.time() * 1000))
+        self._cluster_version = 0
+
+    async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await asyncio.to_thread(fn, *args, _request_timeout=self.timeout, **kwargs)
+        except ApiException:
+            raise
+        except Exception as err:  # connection refused, timeouts: the API is unreachable
+            raise Unavailable(f"Kubernetes API: {err}") from err
+
+    def _stored(self, obj: Obj) -> Stored:
+        self.objects[obj["metadata"]["name"]] = obj
+        return Stored(st.record_from_object(obj), obj["metadata"]["resourceVersion"])
+
+    async def list_channels(self) -> list[Stored]:
+        listed = await self._call(
+            self.api.list_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL
+        )
+        items = sorted(listed.get("items", []), key=lambda o: o["metadata"]["name"])
+        seen = {o["metadata"]["name"] for o in items}
+        for gone in set(self.objects) - seen:
+            self.objects.pop(gone, None)
+        return [self._stored(o) for o in items]
+
+    async def get_channel(self, name: str) -> Stored | None:
+        try:
+            obj = await self._call(
+                self.api.get_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL, name
+            )
+        except ApiException as err:
+            if err.status == 404:
+                self.objects.pop(name, None)
+                return None
+            raise
+        return self._stored(obj)
+
+    def desired_status(self, record: cpb.ChannelRecord, obj: Obj) -> Obj:
+        name = record.meta.channel.name
+        ready = st.ready_condition(record, self.notes.get(name), self.live_nodes())
+        return st.status_patch(record, ready, obj)
+
+    async def put_channel(self, record: cpb.ChannelRecord, expected: str | None) -> Stored:
+        name = record.meta.channel.name
+        obj = self.objects.get(name)
+        if expected is None or obj is None:
+            raise InvalidArgument(f"{name}: PChannels are created with kubectl, not by the coord")
+        body = {
+            "metadata": {"resourceVersion": expected},
+            "status": self.desired_status(record, obj),
+        }
+        try:
+            out = await self._call(
+                self.api.patch_namespaced_custom_object_status,
+                GROUP, VERSION, self.namespace, PLURAL, name, body,
+                _content_type="application/merge-patch+json",
+            )  # fmt: skip
+        except ApiException as err:
+            if err.status in (404, 409):
+                raise VersionConflict(
+                    f"{name}: resourceVersion {expected} is stale ({err.status} {err.reason})"
+                ) from None
+            raise Unavailable(f"{name}: status write failed: {err.status} {err.reason}") from None
+        return self._stored(out)
+
+    async def get_cluster(self) -> tuple[cpb.ClusterRecord, str | None]:
+        out = cpb.ClusterRecord()
+        out.CopyFrom(self._cluster)
+        return out, str(self._cluster_version) if self._cluster_version else None
+
+    async def put_cluster(self, record: cpb.ClusterRecord, expected: str | None) -> str:
+        current = str(self._cluster_version) if self._cluster_version else None
+        if current != expected:
+            raise VersionConflict(f"cluster: stored version {current}, expected {expected}")
+        self._cluster.CopyFrom(record)
+        self._cluster_version += 1
+        return str(self._cluster_version)

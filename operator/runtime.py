@@ -1,0 +1,241 @@
+"""The operator's adapter around one Coordinator: Kubernetes store, pods, Events, status.
+
+Kopf handlers (handlers.py) only forward to this object. Decisions stay in the coord's
+state machine, balancer and liveness tracker; this module turns Kubernetes facts into the
+coordinator's inputs (node set from pods, PChannel objects through the store) and its
+outcomes into Kubernetes outputs (status conditions, Events).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from contextlib import suppress
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client, config
+from streamwal.coord.coordinator import CoordConfig, Coordinator
+from streamwal.coord.meta_store import VersionConflict
+from streamwal.coord.server import serve_metrics, start_grpc
+from streamwal.errors import ChannelNotExist, StreamingError
+from streamwal.operator import pods as podlib
+from streamwal.operator import status as st
+from streamwal.operator.kube_meta_store import GROUP, KIND, VERSION, KubeMetaStore
+
+log = logging.getLogger("streamwal.operator")
+
+# The coordinator acts only while Kopf is running our handlers: per-PChannel daemons touch
+# the gate every second and Kopf stops them when peering pauses this replica.
+GATE_SECONDS = 5.0
+
+
+@dataclass
+class OperatorConfig:
+    namespace: str
+    node_selector: str = "app.kubernetes.io/component=streaming-node"
+    resync: float = 30.0
+    coord_listen: str | None = None
+    metrics: str | None = None
+    probe_interval: float = 0.5
+    grace: float = 1.5
+
+
+def load_api() -> client.ApiClient:
+    """In-cluster credentials when running in a pod, else the kubeconfig (KUBECONFIG)."""
+    try:
+        config.load_incluster_config()
+        return client.ApiClient()
+    except config.ConfigException:
+        return config.new_client_from_config()
+
+
+class OperatorRuntime:
+    def __init__(self, cfg: OperatorConfig) -> None:
+        self.cfg = cfg
+        self.api = load_api()
+        self.core = client.CoreV1Api(self.api)
+        self.store = KubeMetaStore(self.api, cfg.namespace, live_nodes=self._live_count)
+        self.coord = Coordinator(
+            self.store,
+            CoordConfig(nodes={}, probe_interval=cfg.probe_interval, grace=cfg.grace),
+        )
+        self.coord.listener = self._on_outcome
+        self.coord.active = False
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.grpc_port: int | None = None
+        self.metrics_port: int | None = None
+        self._server = None
+        self._last_touch = 0.0
+        self._refresh_wanted = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+
+    def _live_count(self) -> int:
+        return len(self.coord.tracker.live())
+
+    async def start(self) -> None:
+        await self.coord.start()
+        if self.cfg.coord_listen:
+            self._server, _health, self.grpc_port = await start_grpc(
+                self.coord, self.cfg.coord_listen, channel_service=False
+            )
+        if self.cfg.metrics:
+            self.metrics_port = serve_metrics(self.coord, self.cfg.metrics)
+        self._tasks = [
+            asyncio.create_task(self._gate_loop(), name="operator-gate"),
+            asyncio.create_task(self._refresh_loop(), name="operator-refresh"),
+        ]
+        log.info(
+            "operator started",
+            extra={"namespace": self.cfg.namespace, "coord_port": self.grpc_port,
+                   "metrics_port": self.metrics_port},
+        )  # fmt: skip
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with suppress(asyncio.CancelledError):
+                await task
+        if self._server is not None:
+            await self._server.stop(grace=1.0)
+        await self.coord.stop()
+        self.api.close()
+
+    # ----------------------------------------------------------------- activity gate
+
+    def touch(self) -> None:
+        """A Kopf handler ran: this replica is the active one."""
+        self._last_touch = time.monotonic()
+
+    async def _gate_loop(self) -> None:
+        while True:
+            active = time.monotonic() - self._last_touch < GATE_SECONDS
+            if active and not self.coord.active:
+                log.info("operator active: reconciling")
+                with suppress(StreamingError):
+                    await self.coord.refresh()
+            elif not active and self.coord.active:
+                log.info("operator paused: not reconciling")
+            self.coord.active = active
+            await asyncio.sleep(0.5)
+
+    # ----------------------------------------------------------------- inputs
+
+    def request_refresh(self) -> None:
+        self._refresh_wanted.set()
+
+    async def _refresh_loop(self) -> None:
+        """Re-list PChannels after changes, at most every 0.2 s (events come in bursts)."""
+        while True:
+            await self._refresh_wanted.wait()
+            self._refresh_wanted.clear()
+            try:
+                await self.coord.refresh()
+            except Exception:
+                log.exception("refresh failed")
+            await asyncio.sleep(0.2)
+
+    def pod_event(self, kind: str | None, pod: dict[str, Any]) -> None:
+        name = pod["metadata"]["name"]
+        if kind == "DELETED":
+            self.pods.pop(name, None)
+        else:
+            self.pods[name] = pod
+        self.coord.set_nodes(podlib.nodes_from_pods(list(self.pods.values())))
+
+    async def heal(self, name: str, refresh: bool = False) -> None:
+        """Rewrite status when it differs from what it should say (generation, condition)."""
+        if refresh:
+            await self.coord.refresh()
+        obj = self.store.objects.get(name)
+        if obj is None:
+            self.request_refresh()
+            return
+        desired = self.store.desired_status(st.record_from_object(obj), obj)
+        if st.status_differs(obj.get("status") or {}, desired):
+            try:
+                await self.coord.touch(name)
+            except VersionConflict:
+                self.request_refresh()
+
+    async def release(self, name: str) -> None:
+        """Finalizer: tombstone the status (Releasing) and Remove the channel on its node."""
+        await self.coord.refresh()
+        # ChannelNotExist: released already (a retried handler) or never known.
+        with suppress(ChannelNotExist):
+            await self.coord.destroy_channels([name])
+        self.store.notes.pop(name, None)
+
+    # ----------------------------------------------------------------- outputs
+
+    def _on_outcome(self, kind: str, name: str, fields: dict) -> None:
+        if kind in ("assigned", "failover"):
+            self.store.notes.pop(name, None)
+            reason = "Failover" if kind == "failover" else "Assigned"
+            message = (
+                f"assigned to node {fields['new_node']} under term {fields['new_term']}"
+                + (f" (was node {fields['old_node']}, term {fields['old_term']})"
+                   if fields.get("old_node") is not None else "")
+            )  # fmt: skip
+            self._spawn(self.post_event(name, reason, message, "Normal"))
+        elif kind == "assign-failed":
+            message = (
+                f"assign to node {fields['node']} under term {fields['term']} failed: "
+                f"{fields['error']}"
+            )
+            self.store.notes[name] = st.Note("AssignFailed", message)
+            self._spawn(self.post_event(name, "AssignFailed", message, "Warning"))
+            self._spawn(self._touch_later(name))
+        elif kind == "unclean-failover":
+            message = (
+                f"moved off lost node {fields.get('old_node')} without catch-up: records it "
+                f"acknowledged at or after offset {fields.get('min_next_offset')} are stranded"
+            )
+            self._spawn(self.post_event(name, "UncleanFailover", message, "Warning"))
+        elif kind == "unavailable":
+            message = f"node {fields.get('node')} lost and no live node can take the pchannel"
+            self._spawn(self.post_event(name, "Unavailable", message, "Warning"))
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.append(task)
+        task.add_done_callback(lambda t: t in self._tasks and self._tasks.remove(t))
+
+    async def _touch_later(self, name: str) -> None:
+        with suppress(StreamingError):
+            await self.coord.touch(name)
+
+    async def post_event(self, name: str, reason: str, message: str, kind: str) -> None:
+        """A core/v1 Event on the PChannel (what `kubectl describe pch` shows)."""
+        obj = self.store.objects.get(name) or {"metadata": {"name": name}}
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{name}.", "namespace": self.cfg.namespace},
+            "involvedObject": {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": KIND,
+                "name": name,
+                "namespace": self.cfg.namespace,
+                "uid": obj["metadata"].get("uid"),
+                "resourceVersion": obj["metadata"].get("resourceVersion"),
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": kind,
+            "source": {"component": "streamwal-operator"},
+            "reportingComponent": "streamwal-operator",
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            await asyncio.to_thread(
+                self.core.create_namespaced_event, self.cfg.namespace, body, _request_timeout=10
+            )
+        except Exception as err:  # an Event is informative; never let it break a round
+            log.warning("event not posted", extra={"pchannel": name, "error": str(err)})

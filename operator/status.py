@@ -1,0 +1,145 @@
+"""PChannel status <-> the coord's ChannelRecord, and the Ready condition: pure, no I/O.
+
+PChannel status is the operator's persisted meta. The mapping is lossless for what the
+coord's state machine needs (state, term, node, histories); `Releasing` is the
+tombstone the finalizer writes before it tells the nodes to let go.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from streamwal.proto import coord_pb2 as cpb
+from streamwal.proto import streaming_pb2 as pb
+
+Obj = dict[str, Any]
+
+S = pb.PChannelMetaState
+STATE_NAMES = {
+    S.PCHANNEL_META_STATE_UNINITIALIZED: "Pending",
+    S.PCHANNEL_META_STATE_ASSIGNING: "Assigning",
+    S.PCHANNEL_META_STATE_ASSIGNED: "Assigned",
+    S.PCHANNEL_META_STATE_UNAVAILABLE: "Unavailable",
+}
+STATES = {v: k for k, v in STATE_NAMES.items()}
+RELEASING = "Releasing"
+
+
+@dataclass(frozen=True)
+class Note:
+    """The latest failure the driver reported for a channel (shown in the Ready condition)."""
+
+    reason: str
+    message: str
+
+
+def record_from_object(obj: Obj) -> cpb.ChannelRecord:
+    """The coord's record of a PChannel object (no status yet: a new channel at term 0)."""
+    status = obj.get("status") or {}
+    state_name = status.get("state") or "Pending"
+    record = cpb.ChannelRecord()
+    meta = record.meta
+    meta.channel.name = obj["metadata"]["name"]
+    meta.channel.term = int(status.get("term") or 0)
+    # A released channel's meta state no longer matters: the coord ignores tombstones.
+    meta.state = STATES.get(state_name, S.PCHANNEL_META_STATE_UNINITIALIZED)
+    node = status.get("node") or {}
+    if node.get("address"):
+        meta.node.server_id = int(node.get("id") or 0)
+        meta.node.address = node["address"]
+    for h in status.get("histories") or []:
+        hn = h.get("node") or {}
+        meta.histories.add(
+            term=int(h.get("term") or 0),
+            node=pb.StreamingNodeInfo(
+                server_id=int(hn.get("id") or 0), address=hn.get("address", "")
+            ),
+        )
+    record.destroyed = state_name == RELEASING
+    record.owner.role = "kubernetes"
+    return record
+
+
+def ready_condition(record: cpb.ChannelRecord, note: Note | None, live_nodes: int) -> Obj:
+    """Ready with a reason and a message a user can act on, for every outcome."""
+    meta = record.meta
+    term, node = meta.channel.term, meta.node
+    if record.destroyed:
+        return _cond("False", "Releasing", "being released on its node before deletion")
+    if meta.state == S.PCHANNEL_META_STATE_ASSIGNED:
+        return _cond(
+            "True",
+            "Assigned",
+            f"served by node {node.server_id} ({node.address}) under term {term}",
+        )
+    if note is not None:
+        return _cond("False", note.reason, note.message)
+    if meta.state == S.PCHANNEL_META_STATE_ASSIGNING:
+        return _cond(
+            "False", "Assigning", f"term {term} persisted, assigning to node {node.server_id}"
+        )
+    if live_nodes == 0:
+        return _cond("False", "NoLiveNode", "no Ready streaming-node pod answers its probes")
+    if meta.state == S.PCHANNEL_META_STATE_UNAVAILABLE:
+        return _cond("False", "Unavailable", f"node {node.server_id} lost; waiting for a node")
+    return _cond("False", "Pending", "waiting for the operator to place it")
+
+
+def _cond(status: str, reason: str, message: str) -> Obj:
+    return {"type": "Ready", "status": status, "reason": reason, "message": message}
+
+
+def status_patch(
+    record: cpb.ChannelRecord, ready: Obj, obj: Obj, now: datetime | None = None
+) -> Obj:
+    """The full status the operator writes for `record` over the current object `obj`.
+
+    `lastTransitionTime` is kept while the condition's status does not change; every write
+    carries the object's generation as `observedGeneration`.
+    """
+    meta = record.meta
+    old = obj.get("status") or {}
+    generation = int(obj["metadata"].get("generation") or 1)
+    previous = next((c for c in old.get("conditions") or [] if c.get("type") == "Ready"), None)
+    stamp = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if (
+        previous
+        and previous.get("status") == ready["status"]
+        and previous.get("lastTransitionTime")
+    ):
+        stamp = previous["lastTransitionTime"]
+    condition = {**ready, "lastTransitionTime": stamp, "observedGeneration": generation}
+    state = STATE_NAMES.get(meta.state, "Pending")
+    status: Obj = {
+        "state": RELEASING if record.destroyed else state,
+        "term": meta.channel.term,
+        "node": (
+            {"id": meta.node.server_id, "address": meta.node.address} if meta.node.address else None
+        ),
+        "histories": [
+            {"term": h.term, "node": {"id": h.node.server_id, "address": h.node.address}}
+            for h in meta.histories
+        ],
+        "conditions": [condition],
+        "observedGeneration": generation,
+    }
+    return status
+
+
+def status_differs(current: Obj, desired: Obj) -> bool:
+    """Whether writing `desired` would change anything a user or the operator reads."""
+    cur = dict(current or {})
+    want = dict(desired)
+    for s in (cur, want):
+        s.pop("conditions", None)
+        if not s.get("histories"):
+            s.pop("histories", None)
+        if s.get("node") is None:
+            s.pop("node", None)
+    if cur != want:
+        return True
+    c = next((c for c in (current or {}).get("conditions") or [] if c.get("type") == "Ready"), {})
+    d = desired["conditions"][0]
+    return any(c.get(k) != d.get(k) for k in ("status", "reason", "message", "observedGeneration"))

@@ -1,0 +1,263 @@
+"""A small Kubernetes "cluster" for operator tests: the API emulator, the real kubectl, the
+operator CLI in a subprocess, and real streaming nodes posing as pods.
+
+Each fake pod gets its own loopback address (127.0.0.2, 127.0.0.3, ...) with a real
+streaming node listening there; its Pod object carries that IP, the node-selector labels,
+the StatefulSet ordinal label and a container port named ``grpc``; readiness is written
+through ``pods/status`` as a kubelet would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from kubernetes import client, config  # noqa: E402
+from kubernetes.client.exceptions import ApiException  # noqa: E402
+from streamwal.node.local import LocalNode  # noqa: E402
+from streamwal.proto import streaming_pb2 as pb  # noqa: E402
+from streamwal.proto import streaming_pb2_grpc as pbg  # noqa: E402
+
+from tests.kube import conftest as kube  # noqa: E402
+from tests.kube.conftest import CRD_FILE, Kubectl  # noqa: E402
+
+# The emulator / kubectl fixtures of tests/kube, shared with this folder.
+emulator, kube_bin, kubeconfig, kubectl = (
+    kube.emulator,
+    kube.kube_bin,
+    kube.kubeconfig,
+    kube.kubectl,
+)
+
+G, V, P, NS = "streamwal.io", "v1alpha1", "pchannels", "default"
+NODE_LABELS = {
+    "app.kubernetes.io/component": "streaming-node",
+    "app.kubernetes.io/name": "streamwal",
+}
+
+
+def wait_for(check: Callable[[], Any], timeout: float = 20, what: str = "") -> Any:
+    """Poll `check` until it returns something truthy (every 0.1 s, bounded)."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what or check}: last={last!r}")
+
+
+def pchannel_yaml(*names: str, **spec: Any) -> str:
+    docs = [
+        {"apiVersion": f"{G}/{V}", "kind": "PChannel", "metadata": {"name": n}, "spec": spec}
+        for n in names
+    ]
+    return yaml.safe_dump_all(docs)
+
+
+def collect_status(address: str, timeout: float = 2.0) -> dict[str, int]:
+    """{pchannel: term} a node serves, from its CollectStatus."""
+    with grpc.insecure_channel(address) as ch:
+        stub = pbg.StreamingNodeManagerServiceStub(ch)
+        resp = stub.CollectStatus(pb.StreamingNodeManagerCollectStatusRequest(), timeout=timeout)
+    return {c.pchannel.name: c.pchannel.term for c in resp.channels}
+
+
+class OperatorProcess:
+    """`streamwal operator` as a child process with its own log file."""
+
+    def __init__(self, kubeconfig: Path, log: Path, *extra: str) -> None:
+        self.log = log
+        argv = [
+            sys.executable,
+            "-m",
+            "streamwal",
+            "operator",
+            "--standalone",
+            "--namespace",
+            NS,
+            "--coord-listen",
+            "127.0.0.1:0",
+            "--metrics",
+            "127.0.0.1:0",
+            "--probe-interval",
+            "0.3",
+            "--grace",
+            "1.0",
+            "--resync",
+            "2",
+            *extra,
+        ]
+        env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+        env.pop("KUBERNETES_SERVICE_HOST", None)
+        with log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        started = wait_for(self._started, 30, "operator start")
+        self.coord_port = int(started["coord_port"])
+        self.metrics_port = int(started["metrics_port"])
+
+    def _started(self) -> dict[str, Any] | None:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"operator exited ({self.proc.returncode}):\n{self.text()}")
+        for line in self.text().splitlines():
+            if '"operator started"' in line:
+                return json.loads(line)
+        return None
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class Cluster:
+    """PChannels, node pods and operators against one emulator."""
+
+    def __init__(self, kubectl: Kubectl, kubeconfig: Path, tmp: Path) -> None:
+        self.kubectl = kubectl
+        self.kubeconfig = kubeconfig
+        self.tmp = tmp
+        self.api = config.new_client_from_config(config_file=str(kubeconfig))
+        self.co = client.CustomObjectsApi(self.api)
+        self.core = client.CoreV1Api(self.api)
+        self.nodes: dict[int, LocalNode] = {}
+        self.operators: list[OperatorProcess] = []
+        kubectl("apply", "-f", str(CRD_FILE))
+
+    # ------------------------------------------------------------ pods
+    def add_node(self, node_id: int) -> LocalNode:
+        node = LocalNode(
+            self.tmp / f"node{node_id}" / "data", node_id=node_id, host=f"127.0.0.{node_id + 1}"
+        ).start()
+        self.nodes[node_id] = node
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"streamwal-node-{node_id}",
+                "labels": {**NODE_LABELS, "apps.kubernetes.io/pod-index": str(node_id)},
+            },
+            "spec": {
+                "containers": [
+                    {
+                        "name": "node",
+                        "image": "streamwal:test",
+                        "ports": [{"name": "grpc", "containerPort": node.port}],
+                    }
+                ]
+            },
+        }
+        self.kubectl("apply", "-f", "-", stdin=json.dumps(pod))
+        self.set_ready(node_id, True)
+        return node
+
+    def set_ready(self, node_id: int, ready: bool) -> None:
+        node = self.nodes[node_id]
+        status = {
+            "status": {
+                "phase": "Running",
+                "podIP": node.host,
+                "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            }
+        }
+        self.core.patch_namespaced_pod_status(
+            f"streamwal-node-{node_id}", NS, status, _content_type="application/merge-patch+json"
+        )
+
+    def fail_node(self, node_id: int) -> None:
+        """kill -9 the node process and mark its pod NotReady (what the kubelet would do)."""
+        self.nodes[node_id].kill()
+        self.set_ready(node_id, False)
+
+    # ------------------------------------------------------------ operators
+    def start_operator(self, *extra: str) -> OperatorProcess:
+        op = OperatorProcess(
+            self.kubeconfig, self.tmp / f"operator{len(self.operators)}.log", *extra
+        )
+        self.operators.append(op)
+        return op
+
+    # ------------------------------------------------------------ PChannels
+    def get(self, name: str) -> dict[str, Any] | None:
+        try:
+            return self.co.get_namespaced_custom_object(G, V, NS, P, name)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def ready(self, name: str) -> dict[str, Any] | None:
+        obj = self.get(name)
+        status = (obj or {}).get("status") or {}
+        cond = next((c for c in status.get("conditions") or [] if c["type"] == "Ready"), {})
+        ok = (
+            status.get("state") == "Assigned"
+            and cond.get("status") == "True"
+            and status.get("observedGeneration") == obj["metadata"]["generation"]
+        )
+        return obj if ok else None
+
+    def events(self, name: str) -> list[Any]:
+        return [
+            e for e in self.core.list_namespaced_event(NS).items if e.involved_object.name == name
+        ]
+
+    def close(self) -> None:
+        for op in self.operators:
+            op.stop()
+        for node in self.nodes.values():
+            node.kill()
+        self.api.close()
+
+    def logs(self) -> str:
+        parts = [f"--- {op.log.name}\n{op.text()[-6000:]}" for op in self.operators]
+        parts += [f"--- node {i}\n{n.log_tail(1500)}" for i, n in self.nodes.items()]
+        return "\n".join(parts)
+
+
+@pytest.fixture
+def cluster(kubectl: Kubectl, kubeconfig: Path, tmp_path: Path, request) -> Iterator[Cluster]:
+    c = Cluster(kubectl, kubeconfig, tmp_path)
+    try:
+        yield c
+    finally:
+        failed = getattr(request.node, "rep_call", None)
+        if failed is not None and failed.failed:
+            print(c.logs())
+        c.close()
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, f"rep_{rep.when}", rep)

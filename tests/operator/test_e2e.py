@@ -1,0 +1,139 @@
+"""The operator end to end: real kubectl, the real operator process (Kopf), real nodes.
+
+What users rely on: applying a PChannel gets it served by a node under a term that
+`kubectl get pch` shows; a failed node's channels come back on another node under a
+higher term, Ready again, with an Event saying so; deleting a PChannel releases it.
+"""
+
+from __future__ import annotations
+
+import json
+
+from tests.operator.conftest import Cluster, collect_status, pchannel_yaml, wait_for
+
+
+def test_apply_assigns_to_real_nodes_and_kubectl_shows_node_and_term(cluster: Cluster) -> None:
+    cluster.add_node(1)
+    cluster.add_node(2)
+    cluster.start_operator()
+    cluster.kubectl("apply", "-f", "-", stdin=pchannel_yaml("ch-a", "ch-b", "ch-c"))
+
+    objs = {
+        n: wait_for(lambda n=n: cluster.ready(n), 30, f"{n} Ready")
+        for n in ("ch-a", "ch-b", "ch-c")
+    }
+    served = {i: collect_status(n.address) for i, n in cluster.nodes.items()}
+    for name, obj in objs.items():
+        st = obj["status"]
+        assert st["term"] >= 1
+        assert served[st["node"]["id"]].get(name) == st["term"], (name, st, served)
+        assert st["node"]["address"] == cluster.nodes[st["node"]["id"]].address
+        cond = st["conditions"][0]
+        assert cond["reason"] == "Assigned" and f"term {st['term']}" in cond["message"]
+    # Both nodes got work (the balancer spreads new channels).
+    assert {o["status"]["node"]["id"] for o in objs.values()} == {1, 2}
+
+    table = cluster.kubectl("get", "pch", "-o", "wide").stdout.splitlines()
+    header = table[0].split()
+    assert header[:6] == ["NAME", "NODE", "TERM", "STATE", "REPLICAS", "READY"], table
+    for row in table[1:]:
+        cells = row.split()
+        st = objs[cells[0]]["status"]
+        assert cells[1:5] == [str(st["node"]["id"]), str(st["term"]), "Assigned", "1"], row
+        assert cells[5] == "True"
+
+    assert wait_for(lambda: any(e.reason == "Assigned" for e in cluster.events("ch-a")), 10)
+
+
+def test_failed_node_pod_fails_over_with_higher_term_and_event(cluster: Cluster) -> None:
+    cluster.add_node(1)
+    cluster.add_node(2)
+    cluster.start_operator()
+    cluster.kubectl("apply", "-f", "-", stdin=pchannel_yaml("ch-f"))
+    before = wait_for(lambda: cluster.ready("ch-f"), 30, "ch-f Ready")["status"]
+
+    victim = before["node"]["id"]
+    survivor = 2 if victim == 1 else 1
+    cluster.fail_node(victim)
+
+    def moved() -> dict | None:
+        obj = cluster.ready("ch-f")
+        return obj if obj and obj["status"]["node"]["id"] == survivor else None
+
+    after = wait_for(moved, 30, "ch-f on the survivor")["status"]
+    assert after["term"] > before["term"]
+    assert collect_status(cluster.nodes[survivor].address)["ch-f"] == after["term"]
+    failovers = wait_for(lambda: [e for e in cluster.events("ch-f") if e.reason == "Failover"], 10)
+    assert f"term {after['term']}" in failovers[0].message
+    assert f"was node {victim}" in failovers[0].message
+
+
+def test_status_says_why_when_no_node_can_take_it(cluster: Cluster) -> None:
+    cluster.start_operator()
+    cluster.kubectl("apply", "-f", "-", stdin=pchannel_yaml("ch-wait"))
+
+    def waiting() -> dict | None:
+        st = (cluster.get("ch-wait") or {}).get("status") or {}
+        cond = (st.get("conditions") or [{}])[0]
+        return (
+            st if cond.get("reason") == "NoLiveNode" and st.get("observedGeneration") == 1 else None
+        )
+
+    st = wait_for(waiting, 20, "NoLiveNode condition")
+    assert st["state"] == "Pending" and st["conditions"][0]["status"] == "False"
+    # A node appears: the channel gets placed without any user action.
+    cluster.add_node(1)
+    assert wait_for(lambda: cluster.ready("ch-wait"), 30)["status"]["node"]["id"] == 1
+    # A spec change bumps generation; the operator reports having seen it.
+    cluster.kubectl(
+        "patch",
+        "pch",
+        "ch-wait",
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"retention": {"age": "1h"}}}),
+    )
+    obj = wait_for(
+        lambda: (
+            cluster.ready("ch-wait")
+            if cluster.get("ch-wait")["metadata"]["generation"] == 2
+            else None
+        ),
+        20,
+    )
+    assert obj["status"]["conditions"][0]["observedGeneration"] == 2
+
+
+def test_deleting_a_pchannel_releases_it_on_the_node(cluster: Cluster) -> None:
+    node = cluster.add_node(1)
+    cluster.start_operator()
+    cluster.kubectl("apply", "-f", "-", stdin=pchannel_yaml("ch-d", "ch-keep"))
+    wait_for(lambda: cluster.ready("ch-d"), 30)
+    wait_for(lambda: cluster.ready("ch-keep"), 30)
+    assert {"ch-d", "ch-keep"} <= set(collect_status(node.address))
+
+    cluster.kubectl("delete", "pch", "ch-d", "--wait=true", "--timeout=30s")
+    assert cluster.get("ch-d") is None
+    served = collect_status(node.address)
+    assert "ch-d" not in served and "ch-keep" in served
+
+
+def test_finalizer_can_be_removed_while_the_operator_is_gone(cluster: Cluster) -> None:
+    node = cluster.add_node(1)
+    op = cluster.start_operator()
+    cluster.kubectl("apply", "-f", "-", stdin=pchannel_yaml("ch-orphan", "ch-keep"))
+    wait_for(lambda: cluster.ready("ch-orphan"), 30)
+    wait_for(lambda: cluster.ready("ch-keep"), 30)
+    op.stop()
+
+    cluster.kubectl("delete", "pch", "ch-orphan", "--wait=false")
+    assert cluster.get("ch-orphan")["metadata"]["finalizers"] == ["streamwal.io/release"]
+    cluster.kubectl(
+        "patch", "pch", "ch-orphan", "--type=merge", "-p", '{"metadata":{"finalizers":null}}'
+    )
+    assert cluster.get("ch-orphan") is None
+    assert "ch-orphan" in collect_status(node.address)  # nobody told the node yet
+
+    cluster.start_operator()  # the next operator fences what no PChannel owns any more
+    wait_for(lambda: "ch-orphan" not in collect_status(node.address), 20, "orphan released")
+    assert "ch-keep" in collect_status(node.address)
