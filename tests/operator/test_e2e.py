@@ -8,6 +8,11 @@ higher term, Ready again, with an Event saying so; deleting a PChannel releases 
 from __future__ import annotations
 
 import json
+import queue
+
+import grpc
+from streamwal.proto import streaming_pb2 as pb
+from streamwal.proto import streaming_pb2_grpc as pbg
 
 from tests.operator.conftest import Cluster, collect_status, pchannel_yaml, wait_for
 
@@ -15,7 +20,7 @@ from tests.operator.conftest import Cluster, collect_status, pchannel_yaml, wait
 def test_apply_assigns_to_real_nodes_and_kubectl_shows_node_and_term(cluster: Cluster) -> None:
     cluster.add_node(1)
     cluster.add_node(2)
-    cluster.start_operator()
+    op = cluster.start_operator()
     cluster.kubectl("apply", "-f", "-", stdin=pchannel_yaml("ch-a", "ch-b", "ch-c"))
 
     objs = {
@@ -43,6 +48,35 @@ def test_apply_assigns_to_real_nodes_and_kubectl_shows_node_and_term(cluster: Cl
         assert cells[5] == "True"
 
     assert wait_for(lambda: any(e.reason == "Assigned" for e in cluster.events("ch-a")), 10)
+
+    # Clients learn the same assignment from AssignmentDiscover served beside the operator.
+    assert discovered(op.coord_port) == {
+        n: (o["status"]["node"]["address"], o["status"]["term"]) for n, o in objs.items()
+    }
+
+
+def discovered(port: int) -> dict[str, tuple[str, int]]:
+    """{pchannel: (address, term)} from the first full assignment AssignmentDiscover sends."""
+    requests: queue.Queue = queue.Queue()
+
+    def commands():
+        while (item := requests.get()) is not None:
+            yield item
+
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+        stream = pbg.StreamingCoordAssignmentServiceStub(ch).AssignmentDiscover(
+            commands(), timeout=10
+        )
+        try:
+            first: pb.AssignmentDiscoverResponse = next(stream)
+        finally:
+            requests.put(None)
+            stream.cancel()
+    return {
+        c.name: (a.node.address, c.term)
+        for a in first.full_assignment.assignments
+        for c in a.channels
+    }
 
 
 def test_failed_node_pod_fails_over_with_higher_term_and_event(cluster: Cluster) -> None:

@@ -1,0 +1,109 @@
+"""A real Prometheus scrapes a streaming node and the operator's coord metrics on
+loopback, and the metrics come back through its HTTP API: what dashboards and the chart's
+alerts (streamwal_pchannel_info, streamwal_pchannel_term) are built on."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+from streamwal.node.local import LocalNode
+
+from tests.operator.conftest import Cluster, pchannel_yaml, wait_for
+
+PROMETHEUS = shutil.which("prometheus")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def query(port: int, expr: str) -> list[dict]:
+    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return json.load(resp)["data"]["result"]
+    except OSError:
+        return []
+
+
+@pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (scripts/setup --test)")
+def test_prometheus_scrapes_node_and_operator(cluster: Cluster, tmp_path: Path) -> None:
+    node = cluster.add_node(1)
+    cluster.nodes[1].kill()  # restart the node with a metrics endpoint on its own address
+    node_metrics = free_port("127.0.0.2")
+    node = LocalNode(
+        node.data_dir,
+        node_id=1,
+        host="127.0.0.2",
+        port=node.port,
+        extra_args=("--metrics", f"127.0.0.2:{node_metrics}"),
+    ).start()
+    cluster.nodes[1] = node
+    op = cluster.start_operator()
+    cluster.kubectl("apply", "-f", "-", stdin=pchannel_yaml("ch-prom"))
+    term = wait_for(lambda: cluster.ready("ch-prom"), 30)["status"]["term"]
+
+    port = free_port()
+    config = {
+        "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
+        "scrape_configs": [
+            {
+                "job_name": "streamwal-node",
+                "static_configs": [{"targets": [f"127.0.0.2:{node_metrics}"]}],
+            },
+            {
+                "job_name": "streamwal-operator",
+                "static_configs": [{"targets": [f"127.0.0.1:{op.metrics_port}"]}],
+            },
+        ],
+    }
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    log = (tmp_path / "prometheus.log").open("wb")
+    prom = subprocess.Popen(
+        [
+            PROMETHEUS,
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        served = wait_for(
+            lambda: query(port, 'streamwal_pchannel_term{pchannel="ch-prom"}'),
+            45,
+            "node term scraped",
+        )
+        assert float(served[0]["value"][1]) == term
+        info = wait_for(
+            lambda: query(port, 'streamwal_pchannel_info{pchannel="ch-prom"} == 1'),
+            30,
+            "operator pchannel info scraped",
+        )
+        assert info[0]["metric"]["job"] == "streamwal-operator"
+        assert info[0]["metric"].get("state") == "assigned", info
+        up = query(port, "up")
+        assert {r["metric"]["job"]: r["value"][1] for r in up} == {
+            "streamwal-node": "1",
+            "streamwal-operator": "1",
+        }
+    finally:
+        prom.terminate()
+        try:
+            prom.wait(10)
+        except subprocess.TimeoutExpired:
+            prom.kill()
+            prom.wait()
+        log.close()

@@ -1,0 +1,105 @@
+"""The operator's pure pieces: status <-> record mapping, the Ready condition, pod -> node."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from streamwal.coord import state_machine as sm
+from streamwal.operator import pods
+from streamwal.operator import status as st
+
+
+def obj(status: dict | None = None, generation: int = 3) -> dict:
+    return {"metadata": {"name": "ch", "generation": generation}, "status": status or {}}
+
+
+def test_new_pchannel_is_a_term_zero_record() -> None:
+    record = st.record_from_object(obj())
+    assert record.meta.channel.name == "ch" and record.meta.channel.term == 0
+    assert record.meta.state == sm.UNINITIALIZED and not record.destroyed
+
+
+def test_status_round_trips_through_the_record() -> None:
+    meta = sm.begin_assignment(sm.new_channel("ch"), sm.NodeRef(1, "10.0.0.1:19530"))
+    meta = sm.begin_assignment(meta, sm.NodeRef(2, "10.0.0.2:19530"))
+    record = st.record_from_object(obj())
+    record.meta.CopyFrom(meta)
+    ready = st.ready_condition(record, None, live_nodes=2)
+    status = st.status_patch(record, ready, obj())
+    assert status["state"] == "Assigning" and status["term"] == 2
+    assert status["histories"] == [{"term": 1, "node": {"id": 1, "address": "10.0.0.1:19530"}}]
+    back = st.record_from_object(obj(status))
+    assert back.meta == meta
+    assert status["observedGeneration"] == 3 and status["conditions"][0]["observedGeneration"] == 3
+
+
+def test_ready_condition_names_the_reason_for_every_outcome() -> None:
+    record = st.record_from_object(obj())
+    assert st.ready_condition(record, None, 0)["reason"] == "NoLiveNode"
+    assert st.ready_condition(record, None, 2)["reason"] == "Pending"
+    note = st.Note("AssignFailed", "assign to node 2 under term 3 failed: boom")
+    failed = st.ready_condition(record, note, 2)
+    assert failed["status"] == "False" and "boom" in failed["message"]
+    record.meta.CopyFrom(
+        sm.finish_assignment(sm.begin_assignment(record.meta, sm.NodeRef(2, "a:1")))
+    )
+    ok = st.ready_condition(record, note, 2)  # success wins over an old failure note
+    assert ok["status"] == "True" and ok["reason"] == "Assigned" and "term 1" in ok["message"]
+    record.destroyed = True
+    assert st.ready_condition(record, None, 2)["reason"] == "Releasing"
+
+
+def test_transition_time_is_kept_while_the_condition_holds() -> None:
+    record = st.record_from_object(obj())
+    ready = st.ready_condition(record, None, 0)
+    first = st.status_patch(record, ready, obj(), datetime(2030, 1, 1, tzinfo=UTC))
+    again = st.status_patch(record, ready, obj(first), datetime(2031, 1, 1, tzinfo=UTC))
+    assert again["conditions"][0]["lastTransitionTime"] == "2030-01-01T00:00:00Z"
+    assert not st.status_differs(first, again)
+    assert st.status_differs(first, st.status_patch(record, ready, obj(first, generation=4)))
+
+
+def pod(
+    name: str,
+    ip: str | None,
+    ready: bool,
+    index: str | None = None,
+    port: int = 19530,
+    deleting: bool = False,
+) -> dict:
+    labels = {"apps.kubernetes.io/pod-index": index} if index is not None else {}
+    meta = {"name": name, "labels": labels}
+    if deleting:
+        meta["deletionTimestamp"] = "2030-01-01T00:00:00Z"
+    return {
+        "metadata": meta,
+        "spec": {
+            "containers": [
+                {
+                    "ports": [
+                        {"name": "metrics", "containerPort": 9091},
+                        {"name": "grpc", "containerPort": port},
+                    ]
+                }
+            ]
+        },
+        "status": {
+            "podIP": ip,
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }
+
+
+def test_nodes_are_ready_pods_with_ip_grpc_port_and_id() -> None:
+    found = pods.nodes_from_pods(
+        [
+            pod("sw-node-0", "10.0.0.5", True, "0"),
+            pod("sw-node-1", "10.0.0.6", False, "1"),  # not Ready
+            pod("sw-node-2", None, True, "2"),  # no IP yet
+            pod("sw-node-3", "10.0.0.8", True, None),  # id from the name's ordinal
+            pod("sw-node-4", "10.0.0.9", True, "4", deleting=True),  # terminating
+            pod("other", "10.0.0.10", True, None),  # no id at all
+            pod("sw-node-5", "fd00::5", True, "5", port=1234),
+        ]
+    )
+    assert found == {0: "10.0.0.5:19530", 3: "10.0.0.8:19530", 5: "[fd00::5]:1234"}
