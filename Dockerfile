@@ -15,9 +15,9 @@ COPY client/ client/
 COPY spark/ spark/
 COPY bench/ bench/
 # A regular (not editable) install into a virtualenv that the runtime stage copies whole.
-# kopf and the kubernetes client are the operator's dependencies.
+# The `kube` extra (kopf, the kubernetes client) is what `streamwal operator` needs.
 RUN python -m venv /opt/streamwal \
- && /opt/streamwal/bin/pip install . kopf kubernetes
+ && /opt/streamwal/bin/pip install ".[kube]"
 
 FROM python:3.11-slim
 # Non-root, fixed ids (the chart's securityContext uses 10001), no shell login.
