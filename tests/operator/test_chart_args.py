@@ -1,0 +1,36 @@
+"""The Helm chart's operator Deployment passes flags `streamwal operator` accepts."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import yaml
+from streamwal.operator.cli import operator
+
+from tests.kube.conftest import CHART
+
+
+def test_chart_operator_args_parse(kube_bin: Path) -> None:
+    rendered = subprocess.run(
+        [str(kube_bin / "helm"), "template", "sw", str(CHART)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    deployments = [
+        d
+        for d in yaml.safe_load_all(rendered)
+        if d and d["kind"] == "Deployment" and d["metadata"]["name"].endswith("operator")
+    ]
+    assert len(deployments) == 1
+    container = deployments[0]["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["streamwal"] and container["args"][0] == "operator"
+    args = [a.replace("$(POD_NAMESPACE)", "streamwal") for a in container["args"][1:]]
+    ctx = operator.make_context("operator", args)
+    assert ctx.params["namespace"] == "streamwal"
+    assert ctx.params["peering"] and not ctx.params["standalone"]
+    assert ctx.params["coord_listen"].endswith(":19500")
+    assert ctx.params["liveness"] == "http://0.0.0.0:8080/healthz"
+    assert ctx.params["node_selector"] == "app.kubernetes.io/component=streaming-node"
