@@ -24,6 +24,7 @@ from streamwal.client.policy import DeliverPolicy
 from streamwal.node.local import LocalNode
 
 PCHANNEL = "bench-0"
+BATCH = 4096  # messages per produce frame (about 0.5 MiB of 128-byte payloads)
 
 
 def _percentile(samples: list[float], q: float) -> float:
@@ -87,10 +88,10 @@ async def run(quick: bool, size: int, messages: int, restart_messages: int, work
             await nc.assign(PCHANNEL, 1)
             producer = await nc.producer(PCHANNEL, 1)
             # warm-up: connections, code paths, RocksDB memtable
-            await fill(producer, 20_000, size, 1000, 8)
+            await fill(producer, 40_000, size, BATCH, 8)
 
             with tqdm(total=messages, desc="produce", unit="msg", file=sys.stderr) as bar:
-                secs = await fill(producer, messages, size, 1000, 8, bar)
+                secs = await fill(producer, messages, size, BATCH, 8, bar)
             result["produce_msgs"] = messages
             result["produce_msgs_per_s"] = round(messages / secs)
             result["produce_mb_per_s"] = round(messages * size / secs / 1e6, 1)
@@ -119,7 +120,7 @@ async def run(quick: bool, size: int, messages: int, restart_messages: int, work
                     unit="msg",
                     file=sys.stderr,
                 ) as bar:
-                    await fill(producer, restart_messages - have, size, 1000, 8, bar)
+                    await fill(producer, restart_messages - have, size, BATCH, 8, bar)
             await producer.close()
             status = await nc.collect_status()
             result["restart_messages_on_disk"] = status.channels[0].next_offset

@@ -180,6 +180,25 @@ class NodeClient:
         return consumer
 
 
+async def _open_stream(channel: aio.Channel, rpc: str, header, response_cls, serializer):
+    """Open a Produce/Consume stream with its header in binary metadata (the seed's
+    convention) and return (call, first response), which must be the `create` member."""
+    key = "create-producer-bin" if rpc == "Produce" else "create-consumer-bin"
+    method = channel.stream_stream(
+        _HANDLER + rpc,
+        request_serializer=serializer,
+        response_deserializer=response_cls.FromString,
+    )
+    call = method(metadata=((key, header.SerializeToString()),))
+    try:
+        first = await call.read()
+    except grpc.RpcError as exc:
+        raise from_rpc_error(exc) from None
+    if first is aio.EOF or first.WhichOneof("response") != "create":
+        raise InvalidRequestSeq(f"the node did not answer the {rpc} header with `create`")
+    return call, first
+
+
 class _Batch:
     """Messages sent as one frame; `sequence` is fixed when first written and kept on resend."""
 
@@ -242,18 +261,10 @@ class Producer:
             pchannel=pb.PChannelInfo(name=self.pchannel, term=self.term),
             producer_id=self.producer_id,
         )
-        method = self._channel.stream_stream(
-            _HANDLER + "Produce",
-            request_serializer=lambda raw: raw,
-            response_deserializer=pb.ProduceResponse.FromString,
+        # Frames are encoded by hand (client/encoding.py): the serializer passes bytes on.
+        self._call, first = await _open_stream(
+            self._channel, "Produce", header, pb.ProduceResponse, lambda raw: raw
         )
-        self._call = method(metadata=(("create-producer-bin", header.SerializeToString()),))
-        try:
-            first = await self._call.read()
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
-        if first is aio.EOF or first.WhichOneof("response") != "create":
-            raise InvalidRequestSeq("the node did not answer the producer header with `create`")
         self.last_sequence = first.create.last_sequence
         self._next_sequence = max(self._next_sequence, self.last_sequence + 1)
         self._reader = asyncio.ensure_future(self._read())
@@ -500,18 +511,9 @@ class Consumer:
                 batched=True, skip_time_ticks=not self._time_ticks, end_offset=self._end_offset
             ),
         )
-        method = self._channel.stream_stream(
-            _HANDLER + "Consume",
-            request_serializer=lambda m: m.SerializeToString(),
-            response_deserializer=pb.ConsumeResponse.FromString,
+        self._call, first = await _open_stream(
+            self._channel, "Consume", header, pb.ConsumeResponse, lambda m: m.SerializeToString()
         )
-        self._call = method(metadata=(("create-consumer-bin", header.SerializeToString()),))
-        try:
-            first = await self._call.read()
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
-        if first is aio.EOF or first.WhichOneof("response") != "create":
-            raise InvalidRequestSeq("the node did not answer the consumer header with `create`")
         self.first_offset = first.create.first_offset
         self.next_offset = first.create.next_offset
 
