@@ -1,0 +1,110 @@
+"""The data source's decisions without Spark or nodes: options, offsets, limits, splits."""
+
+from __future__ import annotations
+
+import pytest
+from streamwal.errors import InvalidArgument
+from streamwal.spark import offsets
+from streamwal.spark.discovery import owners_from_pchannel_objects
+from streamwal.spark.offsets import Bounds, DataLoss, Range
+from streamwal.spark.options import EARLIEST, LATEST, parse_source
+
+NODES = {"nodes": "127.0.0.1:1"}
+
+
+def test_offset_specs_resolve_against_bounds():
+    opts = parse_source(
+        {**NODES, "pchannels": "a,b,c", "startingOffsets": '{"a": 5, "b": -1}'}, streaming=True
+    )
+    bounds = {"a": Bounds(2, 10), "b": Bounds(0, 7), "c": Bounds(3, 9)}
+    # c is not in the JSON: the spec's default (latest for a stream)
+    assert offsets.resolve(opts.starting, bounds) == {"a": 5, "b": 7, "c": 9}
+    batch = parse_source({**NODES, "pchannelPattern": "p_.*"}, streaming=False)
+    assert (batch.starting.default, batch.ending.default) == (EARLIEST, LATEST)
+    assert batch.selects("p_1") and not batch.selects("q_1") and not batch.selects("xp_1")
+
+
+@pytest.mark.parametrize(
+    ("options", "streaming", "fragment"),
+    [
+        ({"pchannels": "a", "pchannelPattern": "a"}, False, "exactly one of the options"),
+        ({"pchannels": "a", "startingOffsets": '{"a": -3}'}, False, "-2 (earliest)"),
+        ({"pchannels": "a", "startingOffsets": "[1]"}, False, "must be an object"),
+        ({"pchannels": "a", "endingOffsets": "latest"}, True, "batch queries only"),
+        ({"pchannels": "a", "maxOffsetsPerTrigger": "0"}, True, "positive integer"),
+        ({"pchannels": "a", "failOnDataLoss": "maybe"}, True, "true or false"),
+        ({"pchannelPattern": "("}, True, "bad regex"),
+    ],
+)
+def test_bad_options_name_the_option(options, streaming, fragment):
+    with pytest.raises(InvalidArgument) as err:
+        parse_source({**NODES, **options}, streaming=streaming)
+    assert fragment in str(err.value)
+
+
+def test_discovery_needs_exactly_one_way():
+    with pytest.raises(InvalidArgument, match="exactly one of the options coord"):
+        parse_source({"pchannels": "a"}, streaming=False)
+    with pytest.raises(InvalidArgument, match="exactly one of the options coord"):
+        parse_source({"pchannels": "a", "coord": "h:1", "kubernetes": "ns"}, streaming=False)
+
+
+def test_data_loss_fails_or_skips():
+    r = Range("p", 3, 20)
+    assert offsets.effective_start(r, 0, 30, True) == 3
+    with pytest.raises(DataLoss, match=r"pchannel p: offsets \[3, 10\)"):
+        offsets.effective_start(r, 10, 30, True)
+    assert offsets.effective_start(r, 10, 30, False) == 10
+    with pytest.raises(DataLoss, match="log ends at 2"):
+        offsets.effective_start(r, 0, 2, True)
+    # a pchannel first seen mid-query is read from its earliest: truncation is no loss
+    assert offsets.effective_start(Range("p", 0, 20, from_earliest=True), 10, 30, True) == 10
+
+
+def test_rate_limit_shares_the_budget_by_backlog():
+    start = {"a": 0, "b": 100, "c": 5}
+    latest = {"a": 900, "b": 200, "c": 5}
+    limited = offsets.rate_limit(start, latest, 100)
+    assert sum(limited[p] - start[p] for p in start) == 100
+    assert limited == {"a": 90, "b": 110, "c": 5}
+    assert offsets.rate_limit(start, latest, None) == latest
+    assert offsets.rate_limit(start, latest, 10_000) == latest
+    # every offset is read eventually, in bounded steps
+    pos, steps = dict(start), 0
+    while pos != latest:
+        pos = {**pos, **offsets.rate_limit(pos, latest, 7)}
+        steps += 1
+        assert steps < 200
+    assert offsets.rate_limit({"a": 0, "b": 0}, {"a": 1, "b": 1}, 1) in (
+        {"a": 1, "b": 0},
+        {"a": 0, "b": 1},
+    )
+
+
+def test_split_covers_each_range_exactly_once():
+    rs = [Range("a", 0, 1000), Range("b", 10, 15), Range("c", 7, 7)]
+    pieces = offsets.split(rs, 300, None)
+    assert all(p.size <= 300 for p in pieces)
+    for r in rs:
+        covered = [o for p in pieces if p.pchannel == r.pchannel for o in range(p.start, p.end)]
+        assert covered == list(range(r.start, r.end))
+    assert len(offsets.split(rs, 10_000, 8)) >= 8
+
+
+def test_ranges_of_a_micro_batch():
+    got = offsets.ranges({"a": 5, "b": 3}, {"a": 9, "b": 3, "n": 4})
+    assert got == [Range("a", 5, 9), Range("n", 0, 4, from_earliest=True)]
+    assert offsets.cap({"a": 9, "b": 4}, {"a": 7}) == {"a": 7, "b": 4}
+
+
+def test_only_assigned_pchannel_objects_with_an_address_are_owners():
+    items = [
+        {"metadata": {"name": "p0"},
+         "status": {"state": "Assigned", "term": 3, "node": {"id": 2, "address": "h:1"}}},
+        {"metadata": {"name": "p1"}, "status": {"state": "Assigning", "term": 4,
+                                                "node": {"id": 1, "address": "h:2"}}},
+        {"metadata": {"name": "p2"}},
+    ]  # fmt: skip
+    owners = owners_from_pchannel_objects(items)
+    assert list(owners) == ["p0"]
+    assert (owners["p0"].term, owners["p0"].address, owners["p0"].node_id) == (3, "h:1", 2)
