@@ -21,6 +21,7 @@ from pathlib import Path
 
 import grpc
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
+
 from streamwal import transport
 from streamwal.bench import stats
 from streamwal.bench.noop_server import CONSUMER_HEADER, PRODUCER_HEADER

@@ -1,6 +1,7 @@
 """`streamwal bench`: benchmarks that print JSON (never timed tests)."""
 
 import click
+
 from streamwal.bench.compare import compare
 from streamwal.bench.node import node
 

@@ -16,10 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import click
+from tqdm import tqdm
+
 from streamwal.bench import ceiling, report, stats
 from streamwal.bench.runner import produce_key, run_system, steps
 from streamwal.bench.workloads import Plan, System
-from tqdm import tqdm
 
 PEERS = ("streamwal", "redis", "redis_always", "nats")
 

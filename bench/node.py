@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import click
+
 from streamwal.client import encoding
 from streamwal.client.node_client import NodeClient
 from streamwal.client.policy import DeliverPolicy

@@ -16,6 +16,7 @@ import contextlib
 import signal
 
 from grpc import aio
+
 from streamwal import transport
 from streamwal.ids import encode_offset
 from streamwal.proto import streaming_pb2 as pb

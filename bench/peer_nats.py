@@ -14,6 +14,7 @@ from pathlib import Path
 
 import nats
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
+
 from streamwal.bench.procs import HOST, Server, free_port, port_open
 
 DURABILITY = (

@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import redis.asyncio as aioredis
+
 from streamwal.bench.procs import HOST, Server, free_port, port_open
 
 _DURABILITY = {

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from streamwal import transport
 from streamwal.bench.procs import HOST, Server, free_port
 

@@ -8,6 +8,7 @@ import sys
 import time
 
 import click
+
 from streamwal.client.policy import DeliverFilter, DeliverPolicy
 
 
@@ -41,9 +42,10 @@ def produce(node, pchannel, term, assign, vchannel, count, size, batch, progress
 
 
 async def _produce(node, pchannel, term, assign, vchannel, count, size, batch, progress) -> None:
+    from tqdm import tqdm
+
     from streamwal.client.node_client import NodeClient
     from streamwal.errors import StreamingError
-    from tqdm import tqdm
 
     async with NodeClient(node) as nc:
         try:

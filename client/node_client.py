@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import grpc
 from grpc import aio
+
 from streamwal.client import encoding
 from streamwal.client.policy import DeliverPolicy
 from streamwal.errors import (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from google.protobuf.empty_pb2 import Empty
+
 from streamwal.ids import encode_offset
 from streamwal.proto import streaming_pb2 as pb
 

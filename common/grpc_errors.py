@@ -9,6 +9,7 @@ clients get the exact typed error back.
 from __future__ import annotations
 
 import grpc
+
 from streamwal.errors import Code, StreamingError, Unavailable
 from streamwal.proto import streaming_pb2 as pb
 

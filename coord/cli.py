@@ -8,6 +8,7 @@ import sys
 
 import click
 from google.protobuf.json_format import MessageToDict
+
 from streamwal import logs
 
 
@@ -98,6 +99,7 @@ _COORD = click.option(
 
 def _call(address: str, method: str, request):
     from grpc import aio
+
     from streamwal import transport
     from streamwal.grpc_errors import from_trailing
     from streamwal.proto import coord_pb2_grpc as cpbg

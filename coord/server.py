@@ -15,6 +15,7 @@ from contextlib import suppress
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import start_http_server
+
 from streamwal import transport
 from streamwal.coord.coordinator import CoordConfig, Coordinator
 from streamwal.coord.meta_store import LocalMetaStore

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import click
+
 from streamwal import logs
 from streamwal.node.config import NodeConfig
 from streamwal.units import parse_duration_ms, parse_size

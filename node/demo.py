@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import click
+
 from streamwal.client.node_client import NodeClient
 from streamwal.client.policy import DeliverPolicy
 from streamwal.errors import StreamingError

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from rocksdict import WriteBatch
+
 from streamwal.errors import OnShutdown
 from streamwal.node.log_store import LogStore
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rocksdict import Options, Rdict, ReadOptions, WriteBatch, WriteOptions
+
 from streamwal.node import records
 
 _U64 = struct.Struct(">Q")

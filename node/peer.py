@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import grpc
+
 from streamwal.grpc_errors import from_rpc_error
 from streamwal.proto import streaming_pb2 as pb
 from streamwal.transport import make_channel

@@ -10,6 +10,7 @@ import time
 
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import start_http_server
+
 from streamwal.node.config import NodeConfig
 from streamwal.node.log_store import LogStore
 from streamwal.node.metrics import NodeMetrics

@@ -16,6 +16,7 @@ from collections.abc import Callable
 import grpc
 from google.protobuf.message import DecodeError
 from grpc import aio
+
 from streamwal.errors import ChannelNotExist, Inner, InvalidArgument, OnShutdown, StreamingError
 from streamwal.grpc_errors import status_for, trailing
 from streamwal.ids import encode_offset

@@ -8,6 +8,7 @@ import os
 import random
 
 import click
+
 from streamwal import logs
 
 
@@ -83,6 +84,7 @@ def operator(
 ) -> None:
     """Run the PChannel operator (Kopf): assigns PChannels to streaming-node pods."""
     import kopf
+
     from streamwal.operator.handlers import build_registry, parse_selector
     from streamwal.operator.runtime import OperatorConfig
 

@@ -11,6 +11,7 @@ import logging
 from typing import Any
 
 import kopf
+
 from streamwal.errors import StreamingError
 from streamwal.operator.kube_meta_store import GROUP, PLURAL, VERSION
 from streamwal.operator.runtime import OperatorConfig, OperatorRuntime

@@ -21,6 +21,7 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
 from streamwal.coord.meta_store import MetaStore, Stored, VersionConflict
 from streamwal.errors import InvalidArgument, Unavailable
 from streamwal.operator import status as st

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client, config
+
 from streamwal.coord.coordinator import CoordConfig, Coordinator
 from streamwal.coord.meta_store import VersionConflict
 from streamwal.coord.server import serve_metrics, start_grpc

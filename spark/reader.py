@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
+
 from streamwal.client.node_client import ConsumedMessage
 from streamwal.client.policy import DeliverPolicy
 from streamwal.client.sync import SyncNodeClient

@@ -27,6 +27,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
+
 from streamwal.errors import InvalidArgument
 from streamwal.spark import discovery, offsets
 from streamwal.spark.options import SourceOptions, parse_source

@@ -1,6 +1,7 @@
 """The benchmark's arithmetic: every figure in the table rests on these."""
 
 import pytest
+
 from streamwal.bench import stats
 from streamwal.bench.report import ceiling_entry, ratios
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from streamwal import transport
 from streamwal.proto import coord_pb2 as cpb
 from streamwal.proto import coord_pb2_grpc as cpbg

@@ -9,6 +9,7 @@ import urllib.request
 
 import pytest
 from grpc import aio
+
 from streamwal.client.node_client import NodeClient
 from streamwal.coord import state_machine as sm
 from streamwal.errors import ChannelFenced, ChannelNotExist, UnmatchedChannelTerm

@@ -9,6 +9,7 @@ import sys
 import textwrap
 
 import pytest
+
 from streamwal.coord import state_machine as sm
 from streamwal.coord.meta_store import (
     CorruptRecord,
@@ -16,9 +17,8 @@ from streamwal.coord.meta_store import (
     MetaStoreBusy,
     VersionConflict,
 )
-from streamwal.proto import coord_pb2 as cpb
-
 from streamwal.errors import InvalidArgument
+from streamwal.proto import coord_pb2 as cpb
 
 
 def record(name: str, term: int = 0) -> cpb.ChannelRecord:

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
+
 from streamwal.client.node_client import NodeClient
 from streamwal.node.local import LocalNode
 

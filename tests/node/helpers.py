@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import grpc
 from grpc import aio
+
 from streamwal.client.node_client import ConsumedMessage, Consumer
 from streamwal.grpc_errors import from_rpc_error
 from streamwal.ids import decode_offset

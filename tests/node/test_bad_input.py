@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 from grpc import aio
+
 from streamwal.client import encoding
 from streamwal.client.node_client import NodeClient
 from streamwal.client.policy import DeliverFilter, DeliverPolicy
@@ -22,7 +23,6 @@ from streamwal.grpc_errors import from_trailing
 from streamwal.node.local import LocalNode
 from streamwal.proto import streaming_pb2 as pb
 from streamwal.transport import make_channel
-
 from tests.node.helpers import HANDLER, read_data
 
 MANAGER = "/milvus.proto.streaming.StreamingNodeManagerService/"

@@ -5,6 +5,7 @@ never reuses offsets when no copy is possible (Assign.min_next_offset)."""
 from __future__ import annotations
 
 import pytest
+
 from streamwal.client.node_client import NodeClient
 from streamwal.client.policy import DeliverPolicy
 from streamwal.errors import ChannelNotExist, Inner

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from streamwal.node.local import LocalNode
 
 STREAMWAL = str(Path(sys.executable).parent / "streamwal")

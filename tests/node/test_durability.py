@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 import pytest
+
 from streamwal.client.node_client import ConsumedMessage, NodeClient
 from streamwal.client.policy import DeliverPolicy
 from streamwal.errors import (
@@ -24,7 +25,6 @@ from streamwal.errors import (
     StreamingError,
     UnmatchedChannelTerm,
 )
-
 from tests.node.helpers import is_tick, read_data, read_through, tagged, untag
 
 PRODUCERS = 4
@@ -219,6 +219,7 @@ async def test_terms_and_fences_survive_restart(start_node, pchannel) -> None:
 async def test_corrupt_record_on_disk_is_detected_on_read(start_node, pchannel) -> None:
     """A flipped bit in a stored record gives the consumer INNER, never wrong data."""
     from rocksdict import Options, Rdict
+
     from streamwal.errors import Inner
     from streamwal.node.log_store import log_key
 

@@ -7,6 +7,7 @@ import time
 
 import grpc
 import pytest
+
 from streamwal.client.policy import DeliverPolicy
 from streamwal.errors import (
     ChannelFenced,
@@ -16,7 +17,6 @@ from streamwal.errors import (
     UnmatchedChannelTerm,
 )
 from streamwal.grpc_errors import from_trailing
-
 from tests.node.helpers import RawConsumer, RawProducer, read_data
 
 

@@ -7,6 +7,7 @@ import asyncio
 
 import grpc
 import pytest
+
 from streamwal.client import encoding
 from streamwal.client.node_client import NodeClient, Producer
 from streamwal.client.policy import DeliverPolicy
@@ -21,7 +22,6 @@ from streamwal.node.producers import (
     record_accepted,
 )
 from streamwal.proto import streaming_pb2 as pb
-
 from tests.node.helpers import read_data
 
 # -- pure ----------------------------------------------------------------------------------

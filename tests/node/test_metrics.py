@@ -8,9 +8,9 @@ import time
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
+
 from streamwal.client.node_client import NodeClient
 from streamwal.client.policy import DeliverPolicy
-
 from tests.node.helpers import read_data
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from google.protobuf.empty_pb2 import Empty
+
 from streamwal.client.policy import DeliverFilter, DeliverPolicy
 from streamwal.errors import InvalidArgument
 from streamwal.ids import decode_offset

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from streamwal.client import encoding
 from streamwal.proto import streaming_pb2 as pb
 

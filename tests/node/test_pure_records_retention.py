@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from streamwal.node import records
 from streamwal.node.clock import compose
 from streamwal.node.records import CorruptRecord

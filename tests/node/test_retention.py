@@ -7,7 +7,6 @@ import time
 
 from streamwal.client.node_client import NodeClient
 from streamwal.client.policy import DeliverPolicy
-
 from tests.node.helpers import read_through
 
 CHECK = ("--retention-check-interval", "100ms")

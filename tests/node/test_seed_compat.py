@@ -19,10 +19,10 @@ import grpc_tools
 import pytest
 from google.protobuf import descriptor_pb2
 from grpc_tools import protoc
+
 from streamwal.client.node_client import NodeClient
 from streamwal.client.policy import DeliverPolicy
 from streamwal.node.local import LocalNode
-
 from tests.node.helpers import read_data
 
 HERE = Path(__file__).resolve().parent

@@ -9,7 +9,6 @@ import time
 from streamwal.client.node_client import NodeClient
 from streamwal.client.policy import DeliverFilter, DeliverPolicy
 from streamwal.node.clock import physical_ms
-
 from tests.node.helpers import RawConsumer, is_tick, read_data
 
 

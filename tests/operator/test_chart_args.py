@@ -6,8 +6,8 @@ import subprocess
 from pathlib import Path
 
 import yaml
-from streamwal.operator.cli import operator
 
+from streamwal.operator.cli import operator
 from tests.kube.conftest import CHART
 
 

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from streamwal.node.local import LocalNode
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,6 +28,7 @@ os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 @pytest.fixture(scope="session")
 def spark():
     from pyspark.sql import SparkSession
+
     from streamwal.spark.source import StreamwalDataSource
 
     session = (

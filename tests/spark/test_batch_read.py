@@ -11,8 +11,8 @@ import time
 import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql.utils import AnalysisException
-from streamwal.message import MsgType
 
+from streamwal.message import MsgType
 from tests.spark.helpers import assign, produce, status
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from streamwal.errors import InvalidArgument
 from streamwal.spark import offsets
 from streamwal.spark.discovery import owners_from_pchannel_objects
