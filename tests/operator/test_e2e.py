@@ -11,9 +11,9 @@ import json
 import queue
 
 import grpc
+
 from streamwal.proto import streaming_pb2 as pb
 from streamwal.proto import streaming_pb2_grpc as pbg
-
 from tests.operator.conftest import Cluster, collect_status, pchannel_yaml, wait_for
 
 
@@ -171,3 +171,17 @@ def test_finalizer_can_be_removed_while_the_operator_is_gone(cluster: Cluster) -
     cluster.start_operator()  # the next operator fences what no PChannel owns any more
     wait_for(lambda: "ch-orphan" not in collect_status(node.address), 20, "orphan released")
     assert "ch-keep" in collect_status(node.address)
+
+
+def test_invalid_pchannel_is_rejected_with_a_clear_message(cluster: Cluster) -> None:
+    cluster.start_operator()
+    out = cluster.kubectl(
+        "apply", "-f", "-", stdin=pchannel_yaml("ch-even", replicas=2), check=False
+    )
+    assert out.returncode != 0
+    assert "replicas must be odd (1, 3, 5, 7 or 9) so that a majority quorum exists" in out.stderr
+    assert cluster.get("ch-even") is None
+    out = cluster.kubectl(
+        "apply", "-f", "-", stdin=pchannel_yaml("ch-typo", retention={"age": "7 days"}), check=False
+    )
+    assert out.returncode != 0 and "spec.retention.age" in out.stderr
