@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import click
+
 from streamwal import __version__
 
 
@@ -22,11 +23,12 @@ def _register() -> None:
     from streamwal.bench.cli import bench
     from streamwal.client.cli import consume, produce
     from streamwal.coord.cli import channel, coord
+    from streamwal.coord.dev import dev
     from streamwal.node.cli import node
     from streamwal.node.demo import demo
     from streamwal.operator.cli import operator
 
-    for command in (demo, node, produce, consume, bench, coord, channel, operator):
+    for command in (demo, node, produce, consume, bench, coord, channel, operator, dev):
         main.add_command(command)
 
 

@@ -93,6 +93,7 @@ class Coordinator:
         # start of the move to its ASSIGNED), and the highest end of log probes reported.
         self._holder: dict[str, sm.NodeRef] = {}
         self._seen_next: dict[str, int] = {}
+        self._last_plan: dict[str, catch_up.CatchUpPlan] = {}
         self._recheck: set[str] = set()
         self._rebalance_due = True
         self._next_rebalance = 0.0
@@ -397,6 +398,10 @@ class Coordinator:
                 "old_term": before.channel.term,
                 "new_term": after.channel.term,
             }
+            plan = self._last_plan.pop(name, None)
+            if plan is not None:
+                fields["catch_up_from"] = plan.catch_up_from or None
+                fields["unclean"] = plan.unclean
             lost_at = self._lost_at.get(previous.server_id) if previous else None
             if reason == "failover" and lost_at is not None:
                 seconds = self.clock() - lost_at
@@ -416,7 +421,7 @@ class Coordinator:
             if isinstance(action, sm.RemoveOld):
                 await self._remove_best_effort(action)
             elif isinstance(action, sm.AssignNew):
-                plan = self._catch_up_plan(name, meta, action.node)
+                plan = self._last_plan[name] = self._catch_up_plan(name, meta, action.node)
                 try:
                     await self.links.assign(
                         action.node.address,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import grpc
 from grpc import aio
+
 from streamwal import transport
 from streamwal.grpc_errors import from_rpc_error
 from streamwal.proto import streaming_pb2 as pb
@@ -37,7 +38,22 @@ class NodeLinks:
         try:
             return await getattr(self._stub(address), method)(request, timeout=timeout)
         except grpc.RpcError as err:
+            await self._drop_if_failing(address)
             raise from_rpc_error(err) from None
+
+    async def _drop_if_failing(self, address: str) -> None:
+        """Forget a node's channel that is in TRANSIENT_FAILURE: gRPC's reconnect backoff
+        (1 s, growing) would hide a restarted node for seconds -- long enough to declare it
+        lost. A fresh channel connects on the next call. (A READY channel is kept: a slow
+        probe must not cancel a long Assign running on it.)"""
+        channel = self._channels.get(address)
+        if channel is None:
+            return
+        if channel.get_state() != grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+            return
+        self._stubs.pop(address, None)
+        self._channels.pop(address, None)
+        await channel.close()
 
     async def assign(
         self,

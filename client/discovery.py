@@ -1,0 +1,196 @@
+"""The client's view of who owns which pchannel, kept fresh from the coord's AssignmentDiscover.
+
+The coord pushes the full assignment at once and after every change, each with a
+`VersionPair` (global: coord incarnation, local: change counter). The watcher keeps only
+the newest version it has seen -- a reconnect (to the same or a restarted coord) may
+replay an older or equal view, which is ignored -- and reconnects with a bounded backoff
+whenever the stream breaks. Errors a client hits on a node are reported back on the same
+stream (`report_error`), which makes the coord re-check that pchannel at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from contextlib import suppress
+from dataclasses import dataclass
+
+import grpc
+from grpc import aio
+
+from streamwal.errors import StreamingError, Unavailable
+from streamwal.proto import streaming_pb2 as pb
+from streamwal.proto import streaming_pb2_grpc as pbg
+from streamwal.transport import TransportConfig, make_channel
+
+log = logging.getLogger("streamwal.client.discovery")
+
+Version = tuple[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where a pchannel is served: its owner node and the term to present there."""
+
+    pchannel: str
+    term: int
+    server_id: int
+    address: str
+
+    def info(self) -> pb.PChannelInfo:
+        return pb.PChannelInfo(name=self.pchannel, term=self.term)
+
+
+class NoRoute(Unavailable):
+    """No assignment for the pchannel arrived in time (coord down, or no live node)."""
+
+
+def version_of(full: pb.FullStreamingNodeAssignmentWithVersion) -> Version:
+    return (getattr(full.version, "global"), full.version.local)
+
+
+def routes_of(full: pb.FullStreamingNodeAssignmentWithVersion) -> dict[str, Route]:
+    """{pchannel: Route} of a full assignment (the coord publishes ASSIGNED channels only)."""
+    return {
+        c.name: Route(c.name, c.term, a.node.server_id, a.node.address)
+        for a in full.assignments
+        for c in a.channels
+    }
+
+
+class AssignmentWatcher:
+    """One AssignmentDiscover stream to the coord, reconnected on failure, newest view kept."""
+
+    def __init__(
+        self,
+        coord: str,
+        transport: TransportConfig | None = None,
+        max_backoff: float = 1.0,
+    ) -> None:
+        self.coord = coord
+        self._transport = transport
+        self._max_backoff = max_backoff
+        self.version: Version = (-1, -1)
+        self.routes: dict[str, Route] = {}
+        self._changed = asyncio.Event()  # replaced after every set: waiters see one change
+        self._reports: asyncio.Queue[pb.AssignmentDiscoverRequest] | None = None
+        self._task: asyncio.Task | None = None
+        self._channel: aio.Channel | None = None
+        self.connected = asyncio.Event()
+        self.reconnects = 0
+
+    async def start(self, timeout: float = 10.0) -> AssignmentWatcher:
+        """Connect and wait for the first full assignment (bounded)."""
+        self._channel = make_channel(self.coord, self._transport)
+        self._task = asyncio.create_task(self._run(), name="assignment-watcher")
+        try:
+            await asyncio.wait_for(self._first_view(), timeout)
+        except TimeoutError:
+            await self.close()
+            raise Unavailable(
+                f"coord {self.coord}: no assignment within {timeout}s (is the coord running?)"
+            ) from None
+        return self
+
+    async def _first_view(self) -> None:
+        while self.version == (-1, -1):
+            await self._changed.wait()
+
+    def route(self, pchannel: str) -> Route | None:
+        return self.routes.get(pchannel)
+
+    async def wait_route(
+        self, pchannel: str, newer_than: Route | None = None, timeout: float = 10.0
+    ) -> Route:
+        """The pchannel's route once it exists (and has a term above `newer_than`'s).
+
+        Raises NoRoute after `timeout` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            route = self.routes.get(pchannel)
+            if route is not None and (newer_than is None or route.term > newer_than.term):
+                return route
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                have = f"term {route.term} on node {route.server_id}" if route else "no owner"
+                raise NoRoute(
+                    f"pchannel {pchannel!r}: no new assignment from coord {self.coord} "
+                    f"within {timeout:.1f}s ({have})"
+                )
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), remaining)
+
+    def report_error(self, route: Route, err: StreamingError) -> None:
+        """Tell the coord this route failed (dropped when the stream is down: the coord's
+        probes find dead nodes anyway, the report only makes it look sooner)."""
+        if self._reports is None:
+            return
+        self._reports.put_nowait(
+            pb.AssignmentDiscoverRequest(
+                report_error=pb.ReportAssignmentErrorRequest(
+                    pchannel=route.info(), err=err.to_proto()
+                )
+            )
+        )
+
+    def _apply(self, full: pb.FullStreamingNodeAssignmentWithVersion) -> bool:
+        version = version_of(full)
+        if version <= self.version:
+            return False  # a replay after reconnecting, or older than what we hold
+        self.version = version
+        self.routes = routes_of(full)
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+        return True
+
+    async def _run(self) -> None:
+        backoff = 0.05
+        while True:
+            try:
+                await self._stream()
+                backoff = 0.05
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # the stream broke: reconnect, bounded backoff
+                log.info("assignment stream broke", extra={"coord": self.coord, "error": str(err)})
+            self.connected.clear()
+            self.reconnects += 1
+            await asyncio.sleep(backoff)
+            backoff = min(self._max_backoff, backoff * 2)
+
+    async def _stream(self) -> None:
+        assert self._channel is not None
+        stub = pbg.StreamingCoordAssignmentServiceStub(self._channel)
+        reports: asyncio.Queue[pb.AssignmentDiscoverRequest] = asyncio.Queue()
+
+        async def requests():
+            while True:
+                yield await reports.get()
+
+        call = stub.AssignmentDiscover(requests())
+        try:
+            async for response in call:
+                if response.HasField("full_assignment"):
+                    self._reports = reports
+                    self.connected.set()
+                    self._apply(response.full_assignment)
+                elif response.HasField("close"):
+                    return
+        except grpc.RpcError as err:
+            raise Unavailable(f"coord {self.coord}: {err.code().name}") from None
+        finally:
+            if self._reports is reports:
+                self._reports = None
+            call.cancel()
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None

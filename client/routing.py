@@ -1,0 +1,406 @@
+"""Producers and consumers that follow a pchannel from node to node.
+
+`Router` turns the watcher's assignment into node connections (one gRPC channel per node
+address, shared). A `RoutedProducer` writes through a resendable, idempotent node
+producer; when that breaks -- the pchannel was fenced or moved (CHANNEL_FENCED,
+CHANNEL_NOT_EXIST, UNMATCHED_CHANNEL_TERM) or its node is unreachable -- it reports the
+error to the coord, waits (bounded) for the next assignment, opens a producer with the
+*same producer id* on the new owner and hands it every unacknowledged batch, oldest first
+(`detach_unacknowledged` / `adopt`). Batches the old owner had already appended were
+copied to the new owner by the coord's catch-up, so the node answers them with their
+original result instead of appending them again: no duplicates, per-producer order kept,
+and the caller's `send()` simply returns later.
+
+A `RoutedConsumer` remembers the last offset it delivered and, on the same errors,
+reopens on the new owner just after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import TypeVar
+
+import grpc
+
+from streamwal.client.discovery import AssignmentWatcher, NoRoute, Route
+from streamwal.client.node_client import AppendResult, ConsumedMessage, NodeClient, Producer
+from streamwal.client.policy import DeliverPolicy
+from streamwal.errors import OnShutdown, StreamingError, Unavailable, is_fencing_error
+from streamwal.proto import streaming_pb2 as pb
+from streamwal.transport import TransportConfig
+
+log = logging.getLogger("streamwal.client.routing")
+
+T = TypeVar("T")
+RETRY_INTERVAL = 0.25  # how long to wait for a newer assignment before retrying the same one
+
+
+def is_retryable(err: BaseException) -> bool:
+    """Errors that mean "look the owner up again": fencing, unreachable, shutting down."""
+    return isinstance(err, Unavailable | OnShutdown) or (
+        isinstance(err, StreamingError) and is_fencing_error(err)
+    )
+
+
+@dataclass(frozen=True)
+class Reroute:
+    """One move of a producer: from which route to which, when (monotonic), what it resent."""
+
+    old: Route | None
+    new: Route
+    started: float
+    finished: float
+    resent: int
+
+    @property
+    def seconds(self) -> float:
+        return self.finished - self.started
+
+
+class Router:
+    """Routes pchannels to their owners; the one place that retries under a deadline."""
+
+    def __init__(
+        self,
+        watcher: AssignmentWatcher,
+        transport: TransportConfig | None = None,
+        failover_timeout: float = 30.0,
+    ) -> None:
+        self.watcher = watcher
+        self.failover_timeout = failover_timeout
+        self._transport = transport
+        self._clients: dict[str, NodeClient] = {}
+
+    def client(self, address: str) -> NodeClient:
+        nc = self._clients.get(address)
+        if nc is None:
+            nc = self._clients[address] = NodeClient(address, self._transport)
+        return nc
+
+    async def reopen(
+        self,
+        pchannel: str,
+        failed: Route | None,
+        err: StreamingError | None,
+        open_at: Callable[[Route], Awaitable[T]],
+    ) -> tuple[Route, T]:
+        """Call `open_at(route)` on the current owner until it works; returns (route, result).
+
+        `failed`/`err`: the route that just failed (reported to the coord, and a newer
+        route is preferred). Non-retryable errors propagate; NoRoute after the deadline.
+        """
+        deadline = time.monotonic() + self.failover_timeout
+        last_err = err
+        route = failed
+        while True:
+            if route is not None and last_err is not None:
+                self.watcher.report_error(route, last_err)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise NoRoute(
+                    f"pchannel {pchannel!r}: no working owner within "
+                    f"{self.failover_timeout:.1f}s (last error: {last_err})"
+                )
+            try:
+                # Prefer a newer assignment; after a short wait retry the current one
+                # (an unreachable node may be back, a restarted one re-assigned).
+                wait = remaining if route is None else min(RETRY_INTERVAL, remaining)
+                candidate = await self.watcher.wait_route(pchannel, route, wait)
+            except NoRoute:
+                candidate = self.watcher.route(pchannel)
+                if candidate is None:
+                    continue  # raises at the top once the deadline passed
+            try:
+                result = await asyncio.wait_for(open_at(candidate), max(0.1, remaining))
+                return candidate, result
+            except TimeoutError:
+                last_err = Unavailable(f"node {candidate.address} did not answer")
+            except StreamingError as exc:
+                if not is_retryable(exc):
+                    raise
+                last_err = exc
+            if isinstance(last_err, Unavailable):
+                await self.forget(candidate.address)
+            route = candidate
+            await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+
+    async def forget(self, address: str) -> None:
+        """Drop the connection to a node that cannot be reached (TRANSIENT_FAILURE): gRPC's
+        reconnect backoff (1 s and growing) would hide a restarted node; a fresh channel
+        connects at once. A connected channel is kept: other streams may be using it."""
+        nc = self._clients.get(address)
+        if nc is None:
+            return
+        channel = nc._channel  # NodeClient has no public accessor for its channel state
+        if channel.get_state() != grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+            return
+        del self._clients[address]
+        await nc.close()
+
+    async def close(self) -> None:
+        for nc in self._clients.values():
+            await nc.close()
+        self._clients.clear()
+
+
+class RoutedProducer:
+    """Appends to one pchannel wherever it is served; sends survive moves and failovers."""
+
+    def __init__(
+        self,
+        router: Router,
+        pchannel: str,
+        *,
+        producer_id: str | None = None,
+        vchannel: str | None = None,
+        **options,
+    ) -> None:
+        self.router = router
+        self.pchannel = pchannel
+        self.vchannel = vchannel
+        self.producer_id = producer_id or uuid.uuid4().hex
+        self._options = options
+        self._inner: Producer | None = None
+        self.route: Route | None = None
+        self._settled = asyncio.Event()
+        self._watch: asyncio.Task | None = None
+        self._error: StreamingError | None = None
+        self._closing = False
+        self._outstanding = 0  # sends not yet answered (across failovers)
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.reroutes: list[Reroute] = []
+
+    async def _open_at(self, route: Route) -> Producer:
+        return await self.router.client(route.address).producer(
+            self.pchannel,
+            route.term,
+            producer_id=self.producer_id,
+            resendable=True,
+            **self._options,
+        )
+
+    async def open(self) -> RoutedProducer:
+        self.route, self._inner = await self.router.reopen(self.pchannel, None, None, self._open_at)
+        self._settled.set()
+        self._watch = asyncio.create_task(self._supervise(), name=f"route-{self.pchannel}")
+        return self
+
+    async def __aenter__(self) -> RoutedProducer:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def _ready(self) -> Producer:
+        while True:
+            if self._error is not None:
+                raise self._error
+            inner = self._inner
+            if inner is not None and self._settled.is_set() and not inner.broken.is_set():
+                return inner
+            if self._settled.is_set():
+                await asyncio.sleep(0.001)  # broken: the supervisor is about to take over
+            else:
+                await self._settled.wait()
+
+    async def _tracked(self, coro):
+        self._outstanding += 1
+        self._idle.clear()
+        try:
+            return await coro
+        finally:
+            self._outstanding -= 1
+            if not self._outstanding:
+                self._idle.set()
+
+    async def send(
+        self,
+        payload: bytes,
+        *,
+        vchannel: str | None = None,
+        msg_type: int | None = None,
+        properties: Mapping[str, str] | None = None,
+    ) -> AppendResult:
+        """Append one message; returns once it is durable on the pchannel's owner."""
+        inner = await self._ready()
+        # No await between the check above and the append (the coroutine runs to its
+        # first await at once): a failover cannot slip in between.
+        return await self._tracked(
+            inner.send(
+                payload,
+                vchannel=vchannel or self.vchannel,
+                msg_type=msg_type,
+                properties=properties,
+            )
+        )
+
+    async def send_many(self, payloads: Sequence[bytes], **kwargs) -> list[AppendResult]:
+        """Append all payloads as one atomic batch."""
+        kwargs.setdefault("vchannel", self.vchannel)
+        inner = await self._ready()
+        return await self._tracked(inner.send_many(payloads, **kwargs))
+
+    async def _supervise(self) -> None:
+        while True:
+            inner = self._inner
+            assert inner is not None
+            await inner.broken.wait()
+            if self._closing:
+                return
+            self._settled.clear()
+            err = inner.error or Unavailable("producer stream broke")
+            pending = inner.detach_unacknowledged()
+            await inner.abandon()
+            old, started = self.route, time.monotonic()
+            if not is_retryable(err):
+                self._fail(pending, err)
+                return
+            log.info(
+                "producer rerouting",
+                extra={"pchannel": self.pchannel, "error": str(err), "pending": len(pending)},
+            )
+            try:
+                self.route, self._inner = await self.router.reopen(
+                    self.pchannel, old, err, self._open_at
+                )
+            except StreamingError as exc:
+                self._fail(pending, exc)
+                return
+            self._inner.adopt(pending)
+            self.reroutes.append(Reroute(old, self.route, started, time.monotonic(), len(pending)))
+            log.info(
+                "producer rerouted",
+                extra={
+                    "pchannel": self.pchannel,
+                    "from": f"{old.server_id}@{old.term}" if old else None,
+                    "to": f"{self.route.server_id}@{self.route.term}",
+                    "resent": len(pending),
+                },
+            )
+            self._settled.set()
+
+    def _fail(self, pending, err: StreamingError) -> None:
+        self._error = err
+        for batch in pending:
+            if not batch.future.done():
+                batch.future.set_exception(err)
+        self._settled.set()
+
+    async def close(self) -> None:
+        """Wait for every outstanding send (across failovers), then close."""
+        with suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), self.router.failover_timeout * 2)
+        self._closing = True
+        if self._watch is not None:
+            self._watch.cancel()
+            with suppress(asyncio.CancelledError):
+                await self._watch
+        if self._inner is not None:
+            await self._inner.abandon(graceful=not self._inner.broken.is_set())
+
+
+class RoutedConsumer:
+    """Reads one pchannel wherever it is served, resuming after the last delivered offset."""
+
+    def __init__(
+        self,
+        router: Router,
+        pchannel: str,
+        policy: pb.DeliverPolicy | None = None,
+        filters: Sequence[pb.DeliverFilter] = (),
+        *,
+        time_ticks: bool = False,
+        end_offset: int | None = None,
+    ) -> None:
+        self.router = router
+        self.pchannel = pchannel
+        self._policy = policy or DeliverPolicy.all()
+        self._filters = list(filters)
+        self._time_ticks = time_ticks
+        self.end_offset = end_offset
+        self.last_offset: int | None = None
+        self.route: Route | None = None
+        self._inner = None
+        self._buffer: list[ConsumedMessage] = []
+        self.reopens = 0
+
+    async def _open_at(self, route: Route):
+        last = self.last_offset
+        policy = self._policy if last is None else DeliverPolicy.start_after(last)
+        return await self.router.client(route.address).consumer(
+            self.pchannel,
+            route.term,
+            policy,
+            self._filters,
+            time_ticks=self._time_ticks,
+            end_offset=self.end_offset,
+        )
+
+    async def open(self) -> RoutedConsumer:
+        self.route, self._inner = await self.router.reopen(self.pchannel, None, None, self._open_at)
+        return self
+
+    def __aiter__(self) -> RoutedConsumer:
+        return self
+
+    async def __anext__(self) -> ConsumedMessage:
+        while True:
+            batch = await self.next_batch()
+            if batch is None:
+                raise StopAsyncIteration
+            if batch:
+                self._buffer = batch[1:]
+                return batch[0]
+
+    async def next_batch(self) -> list[ConsumedMessage] | None:
+        """The next messages, in offset order, never one at or below the last delivered."""
+        if self._buffer:
+            out, self._buffer = self._buffer, []
+            return out
+        while True:
+            if self._done():
+                return None
+            err: StreamingError
+            try:
+                batch = await self._inner.next_batch()
+                if batch is None:
+                    return None  # a clean end: end_offset reached, or the node closed it
+                last = self.last_offset
+                fresh = [m for m in batch if last is None or m.offset > last]
+                if fresh:
+                    self.last_offset = fresh[-1].offset
+                return fresh
+            except StreamingError as exc:
+                if not is_retryable(exc):
+                    raise
+                err = exc
+            await self._inner.close()
+            self.reopens += 1
+            self.route, self._inner = await self.router.reopen(
+                self.pchannel, self.route, err, self._open_at
+            )
+
+    def _done(self) -> bool:
+        return (
+            self.end_offset is not None
+            and self.last_offset is not None
+            and self.last_offset + 1 >= self.end_offset
+        )
+
+    async def close(self) -> None:
+        if self._inner is not None:
+            await self._inner.close()
+            self._inner = None
+
+    async def __aenter__(self) -> RoutedConsumer:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()

@@ -1,0 +1,139 @@
+"""The cluster-facing client: `connect(coord=...)` and a small WALAccesser-like object.
+
+Applications name channels, not nodes: a pchannel (`pchannel_3`) or a vchannel on it
+(`pchannel_3_v7`, Milvus's `<pchannel>_<suffix>`). The WAL object keeps one
+AssignmentDiscover stream to the coord and routes every producer and consumer to the
+current owner, following moves and failovers (see `routing`).
+
+    wal = await connect(coord="127.0.0.1:19500")
+    producer = await wal.producer("pchannel_0_v1")     # vchannel: messages carry it
+    await producer.send(b"hello")
+    consumer = await wal.consumer("pchannel_0_v1")     # only that vchannel's messages
+    async for message in consumer: ...
+    await wal.close()
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from contextlib import suppress
+
+from streamwal.client.discovery import AssignmentWatcher, NoRoute, Route
+from streamwal.client.policy import DeliverFilter
+from streamwal.client.routing import RoutedConsumer, RoutedProducer, Router
+from streamwal.errors import ChannelNotExist
+from streamwal.message import pchannel_of
+from streamwal.proto import streaming_pb2 as pb
+from streamwal.transport import TransportConfig
+
+
+class WAL:
+    """Producers and consumers by channel name, routed through the coord's assignment."""
+
+    def __init__(self, watcher: AssignmentWatcher, router: Router) -> None:
+        self.watcher = watcher
+        self.router = router
+
+    def assignments(self) -> dict[str, Route]:
+        """The newest assignment the coord pushed: {pchannel: Route}."""
+        return dict(self.watcher.routes)
+
+    async def resolve(self, channel: str, timeout: float | None = None) -> tuple[str, str | None]:
+        """(pchannel, vchannel or None) for a channel name, waiting (bounded) until known.
+
+        A name the assignment lists is a pchannel; otherwise it is a vchannel whose
+        pchannel is `pchannel_of(name)`. (Pchannel names also end in `_<n>`, so the
+        assignment, not the shape of the name, decides.)
+        """
+        deadline = time.monotonic() + (timeout or self.router.failover_timeout)
+        while True:
+            routes = self.watcher.routes
+            if channel in routes:
+                return channel, None
+            parent = pchannel_of(channel)
+            if parent != channel and parent in routes:
+                return parent, channel
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise NoRoute(
+                    f"channel {channel!r}: neither it nor {parent!r} is assigned "
+                    f"(coord {self.watcher.coord}, version {self.watcher.version})"
+                )
+            with suppress(NoRoute):
+                await self.watcher.wait_route(channel, None, min(remaining, 0.2))
+
+    async def producer(
+        self, channel: str, *, producer_id: str | None = None, **options
+    ) -> RoutedProducer:
+        """A producer for a pchannel, or for a vchannel (its messages are tagged with it).
+
+        Give a stable `producer_id` to let a restarted application's resends be answered
+        instead of appended again; the default is random (idempotent within this object).
+        """
+        pchannel, vchannel = await self.resolve(channel)
+        producer = RoutedProducer(
+            self.router, pchannel, producer_id=producer_id, vchannel=vchannel, **options
+        )
+        return await producer.open()
+
+    async def consumer(
+        self,
+        channel: str,
+        policy: pb.DeliverPolicy | None = None,
+        filters: Sequence[pb.DeliverFilter] = (),
+        *,
+        time_ticks: bool = False,
+        end_offset: int | None = None,
+    ) -> RoutedConsumer:
+        """A consumer of a pchannel (everything) or of a vchannel (only its messages)."""
+        pchannel, vchannel = await self.resolve(channel)
+        if vchannel is not None:
+            filters = [*filters, DeliverFilter.vchannel(vchannel)]
+        consumer = RoutedConsumer(
+            self.router,
+            pchannel,
+            policy,
+            filters,
+            time_ticks=time_ticks,
+            end_offset=end_offset,
+        )
+        return await consumer.open()
+
+    async def end_offset(self, pchannel: str) -> int:
+        """The offset the pchannel's next message will get, asked of its current owner."""
+        _, offset = await self.router.reopen(pchannel, None, None, self._next_offset)
+        return offset
+
+    async def _next_offset(self, route: Route) -> int:
+        status = await self.router.client(route.address).collect_status()
+        for channel in status.channels:
+            if channel.pchannel.name == route.pchannel and channel.pchannel.term == route.term:
+                return channel.next_offset
+        raise ChannelNotExist(f"node {route.address} does not serve {route.pchannel!r} now")
+
+    async def close(self) -> None:
+        await self.router.close()
+        await self.watcher.close()
+
+    async def __aenter__(self) -> WAL:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+
+async def connect(
+    coord: str,
+    *,
+    timeout: float = 10.0,
+    failover_timeout: float = 30.0,
+    transport: TransportConfig | None = None,
+) -> WAL:
+    """Connect to a streamwal cluster through its coord (HOST:PORT).
+
+    `timeout` bounds the wait for the first assignment; `failover_timeout` bounds how long
+    a send or read waits for a pchannel's next owner before failing with `NoRoute`.
+    """
+    watcher = await AssignmentWatcher(coord, transport).start(timeout)
+    return WAL(watcher, Router(watcher, transport, failover_timeout))
