@@ -76,6 +76,8 @@ class Router:
         self.failover_timeout = failover_timeout
         self._transport = transport
         self._clients: dict[str, NodeClient] = {}
+        self._retired: list[NodeClient] = []
+        self._replaced: dict[str, float] = {}
 
     def client(self, address: str) -> NodeClient:
         nc = self._clients.get(address)
@@ -121,32 +123,44 @@ class Router:
                 return candidate, result
             except TimeoutError:
                 last_err = Unavailable(f"node {candidate.address} did not answer")
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # we are being cancelled ourselves
+                last_err = Unavailable(f"call to node {candidate.address} was cancelled")
             except StreamingError as exc:
                 if not is_retryable(exc):
                     raise
                 last_err = exc
             if isinstance(last_err, Unavailable):
-                await self.forget(candidate.address)
+                self.forget(candidate.address)
             route = candidate
             await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
 
-    async def forget(self, address: str) -> None:
-        """Drop the connection to a node that cannot be reached (TRANSIENT_FAILURE): gRPC's
-        reconnect backoff (1 s and growing) would hide a restarted node; a fresh channel
-        connects at once. A connected channel is kept: other streams may be using it."""
+    def forget(self, address: str) -> None:
+        """Replace the connection to a node that cannot be reached (TRANSIENT_FAILURE):
+        gRPC's reconnect backoff (1 s and growing) would hide a restarted node; a fresh
+        channel connects at once. A connected channel is kept (other streams use it), and a
+        replaced one is only closed by `close()`: closing cancels the calls on it, which
+        would break streams being opened there. At most one replacement per address and
+        second, so an outage leaves few behind."""
         nc = self._clients.get(address)
         if nc is None:
             return
         channel = nc._channel  # NodeClient has no public accessor for its channel state
         if channel.get_state() != grpc.ChannelConnectivity.TRANSIENT_FAILURE:
             return
-        del self._clients[address]
-        await nc.close()
+        now = time.monotonic()
+        if now - self._replaced.get(address, 0.0) < 1.0:
+            return
+        self._replaced[address] = now
+        self._retired.append(self._clients.pop(address))
 
     async def close(self) -> None:
-        for nc in self._clients.values():
+        for nc in [*self._clients.values(), *self._retired]:
             await nc.close()
         self._clients.clear()
+        self._retired.clear()
 
 
 class RoutedProducer:
@@ -272,6 +286,10 @@ class RoutedProducer:
                 )
             except StreamingError as exc:
                 self._fail(pending, exc)
+                return
+            except Exception as exc:  # never leave sends hanging on a bug
+                log.exception("rerouting failed", extra={"pchannel": self.pchannel})
+                self._fail(pending, Unavailable(f"rerouting failed: {exc!r}"))
                 return
             self._inner.adopt(pending)
             self.reroutes.append(Reroute(old, self.route, started, time.monotonic(), len(pending)))

@@ -75,8 +75,9 @@ class Failover:
     new_node: int | None = None
     new_term: int | None = None
     recovered_s: float | None = None  # from the kill to the producer's first rerouted send
-    catch_up_from: str | None = None
+    catch_up_from: int | str | None = None  # node id the new owner copied the log from
     unclean: bool = False
+    later: list[tuple[int, int]] = field(default_factory=list)  # further moves (node, term)
 
 
 @dataclass
@@ -165,8 +166,15 @@ def _victim(wal: WAL) -> int:
 
 
 def _failovers(
-    before: dict, runs: dict[str, ProducerRun], killed_at: float, victim: int, events: list[dict]
+    before: dict,
+    runs: dict[str, ProducerRun],
+    killed_at: float,
+    victim: int,
+    events: list[dict],
+    nodes: dict[str, int],
 ) -> list[Failover]:
+    """One row per pchannel the victim owned: its first assignment after the kill (from
+    the coord's log), later moves (a rebalance once the node is back), producer recovery."""
     out = []
     for name, route in sorted(before.items()):
         if route.server_id != victim:
@@ -174,14 +182,17 @@ def _failovers(
         f = Failover(name, route.server_id, route.term)
         moves: list[Reroute] = [r for r in runs[name].producer.reroutes if r.finished >= killed_at]
         if moves:
-            f.new_node, f.new_term = moves[-1].new.server_id, moves[-1].new.term
             f.recovered_s = round(moves[0].finished - killed_at, 3)
         for event in events:
-            if event.get("pchannel") == name and event.get("old_term", -1) >= route.term:
-                f.catch_up_from = event.get("catch_up_from")
-                f.unclean = f.unclean or bool(event.get("unclean"))
-                if f.new_node is None:
-                    f.new_node, f.new_term = event.get("new_node"), event.get("new_term")
+            if event.get("pchannel") != name or event.get("old_term", -1) < route.term:
+                continue
+            if f.new_node is None:
+                f.new_node, f.new_term = event.get("new_node"), event.get("new_term")
+                source = event.get("catch_up_from")
+                f.catch_up_from = nodes.get(source, source) if source else None
+                f.unclean = bool(event.get("unclean"))
+            else:
+                f.later.append((event.get("new_node"), event.get("new_term")))
         out.append(f)
     return out
 
@@ -264,7 +275,8 @@ async def run_dev(config: DevConfig, root: Path, echo: Callable[[str], None]) ->
         restarted_s = await restart if restart is not None else None
 
         events = cluster.coord_events("pchannel assigned", "failover done")
-        failovers = _failovers(before, runs, killed_at, victim, events)
+        addresses = {cluster.node_address(i): i for i in cluster.node_ids}
+        failovers = _failovers(before, runs, killed_at, victim, events, addresses)
         checks = {n: await verify(wal, r) for n, r in runs.items()}
         unclean = [f.pchannel for f in failovers if f.unclean]
         stranded = sum(checks[n].missing for n in unclean)
@@ -313,12 +325,14 @@ def render(summary: dict) -> str:
     for f in summary["failovers"]:
         if f["unclean"]:
             how = "UNCLEAN: no catch-up (node lost), its records stranded"
-        elif f["catch_up_from"]:
-            how = f"moved, caught up from node {f['old_node']} ({f['catch_up_from']})"
+        elif f["catch_up_from"] is not None:
+            how = f"moved, log copied from the restarted node {f['catch_up_from']}"
         elif f["new_node"] == f["old_node"]:
             how = "re-assigned on the restarted node (its own log)"
         else:
             how = "-"
+        for node, term in f["later"]:
+            how += f"; then rebalanced to node {node} (term {term})"
         rows.append(
             [
                 f["pchannel"],
@@ -420,10 +434,21 @@ def dev(
         timeout=timeout,
     )
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="streamwal-dev-"))
+
+    async def bounded() -> dict:
+        # Whatever happens, the run ends (and run_dev's `finally` kills every process).
+        return await asyncio.wait_for(
+            run_dev(config, root, lambda m: click.echo(m, err=True)), 2 * timeout + 60
+        )
+
     try:
-        summary = asyncio.run(run_dev(config, root, lambda m: click.echo(m, err=True)))
+        summary = asyncio.run(bounded())
     except KeyboardInterrupt:
         raise SystemExit(130) from None
+    except TimeoutError:
+        click.echo(f"FAILED: the run did not finish within {2 * timeout + 60:.0f}s")
+        click.echo(json.dumps({"ok": False, "error": "timeout"}))
+        raise SystemExit(1) from None
     finally:
         if not workdir:
             shutil.rmtree(root, ignore_errors=True)

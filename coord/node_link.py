@@ -9,6 +9,8 @@ NodeClient has no per-call deadlines, which the coord needs; hence these few stu
 
 from __future__ import annotations
 
+import time
+
 import grpc
 from grpc import aio
 
@@ -25,6 +27,8 @@ class NodeLinks:
         self._config = config
         self._channels: dict[str, aio.Channel] = {}
         self._stubs: dict[str, pbg.StreamingNodeManagerServiceStub] = {}
+        self._retired: list[aio.Channel] = []
+        self._replaced: dict[str, float] = {}
 
     def _stub(self, address: str) -> pbg.StreamingNodeManagerServiceStub:
         stub = self._stubs.get(address)
@@ -42,18 +46,22 @@ class NodeLinks:
             raise from_rpc_error(err) from None
 
     async def _drop_if_failing(self, address: str) -> None:
-        """Forget a node's channel that is in TRANSIENT_FAILURE: gRPC's reconnect backoff
+        """Replace a node's channel that is in TRANSIENT_FAILURE: gRPC's reconnect backoff
         (1 s, growing) would hide a restarted node for seconds -- long enough to declare it
-        lost. A fresh channel connects on the next call. (A READY channel is kept: a slow
-        probe must not cancel a long Assign running on it.)"""
+        lost. A fresh channel connects on the next call. The old one is not closed before
+        `close()`: closing would cancel calls still running on it (at most one replacement
+        per address and second, so an outage leaves few behind)."""
         channel = self._channels.get(address)
         if channel is None:
             return
         if channel.get_state() != grpc.ChannelConnectivity.TRANSIENT_FAILURE:
             return
+        now = time.monotonic()
+        if now - self._replaced.get(address, 0.0) < 1.0:
+            return
+        self._replaced[address] = now
         self._stubs.pop(address, None)
-        self._channels.pop(address, None)
-        await channel.close()
+        self._retired.append(self._channels.pop(address))
 
     async def assign(
         self,
@@ -85,7 +93,8 @@ class NodeLinks:
         return await self._call(address, "CollectStatus", request, timeout)
 
     async def close(self) -> None:
-        for channel in self._channels.values():
+        for channel in [*self._channels.values(), *self._retired]:
             await channel.close()
         self._channels.clear()
+        self._retired.clear()
         self._stubs.clear()

@@ -120,3 +120,21 @@ async def test_routed_consumer_resumes_after_a_move_without_gaps_or_duplicates(
     assert consumer.route is not None and consumer.route.server_id != owner.server_id
     assert [m.payload for m in got] == [b"m%d" % i for i in range(600)]
     assert [m.offset for m in got] == [r.offset for r in first + second]
+
+
+async def test_sync_twin_produces_and_reads_through_the_coord(make_cluster) -> None:
+    from streamwal.client.sync_wal import connect_sync
+
+    cluster = await make_cluster(nodes=2)
+    (name,) = await cluster.create_channels(1)
+
+    def script() -> list[bytes]:
+        with connect_sync(cluster.coord_address) as wal:
+            producer = wal.producer(f"{name}_v1")
+            producer.send_many([b"a", b"b"])
+            producer.send(b"c")
+            producer.close()
+            end = wal.end_offset(name)
+            return [m.payload for m in wal.consumer(name, end_offset=end, timeout=10)]
+
+    assert await asyncio.to_thread(script) == [b"a", b"b", b"c"]
