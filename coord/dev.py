@@ -51,7 +51,7 @@ class DevConfig:
     messages: int = 20_000
     kill_at: float = 0.3
     restart_after: float | None = 1.0  # None: the killed node stays down
-    grace: float = 5.0
+    grace: float = 10.0
     probe_interval: float = 0.25
     timeout: float = 60.0
 
@@ -348,7 +348,7 @@ def render(summary: dict) -> str:
         "",
         f"failover of node {summary['killed_node']} (kill -9; "
         + (
-            f"restarted {restarted:.2f}s later, within the {summary['grace_s']}s grace period"
+            f"restarted {restarted:.2f}s later; coord grace period {summary['grace_s']}s"
             if restarted is not None
             else "never restarted"
         )
@@ -399,7 +399,7 @@ def render(summary: dict) -> str:
 @click.option("--no-restart", is_flag=True, help="Leave the killed node down: an unclean failover.")
 @click.option(
     "--grace",
-    default=5.0,
+    default=10.0,
     show_default=True,
     type=click.FloatRange(0.2, 120.0),
     help="Coord: seconds without an answer before a node is declared lost.",

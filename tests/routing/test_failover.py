@@ -19,7 +19,7 @@ STREAMWAL = str(Path(sys.executable).parent / "streamwal")
 
 
 async def test_kill_9_of_an_owner_that_restarts_loses_nothing(tmp_path) -> None:
-    config = DevConfig(nodes=3, pchannels=4, messages=6000, restart_after=0.5, grace=5.0)
+    config = DevConfig(nodes=3, pchannels=4, messages=6000, restart_after=0.5, grace=10.0)
     summary = await run_dev(config, tmp_path / "dev", lambda _: None)
     print(
         "\nkill -9 + restart: "
