@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -441,6 +442,9 @@ def dev(
             run_dev(config, root, lambda m: click.echo(m, err=True)), 2 * timeout + 60
         )
 
+    # SIGTERM (a supervisor, a test's timeout) behaves like Ctrl-C: the run is cancelled
+    # and its `finally` kills every node and the coord. (Only SIGKILL leaves them behind.)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         summary = asyncio.run(bounded())
     except KeyboardInterrupt:

@@ -48,7 +48,13 @@ async def _dev(*args: str, timeout: float = 90) -> tuple[int, str, str]:
         out, err = await asyncio.wait_for(proc.communicate(), timeout)
     finally:
         if proc.returncode is None:
-            proc.kill()
+            # SIGTERM first: `streamwal dev` then kills its nodes and coord; SIGKILL would
+            # leave them running.
+            proc.terminate()
+            try:
+                await asyncio.wait_for(proc.wait(), 15)
+            except TimeoutError:
+                proc.kill()
     return proc.returncode, out.decode(), err.decode()
 
 
