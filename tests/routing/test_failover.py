@@ -60,7 +60,7 @@ async def _dev(*args: str, timeout: float = 90) -> tuple[int, str, str]:
 
 async def test_streamwal_dev_runs_end_to_end_and_exits_0() -> None:
     code, out, err = await _dev("--messages", "3000")
-    assert code == 0, out + err
+    assert code == 0, out + err[-4000:]
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["ok"] and summary["acknowledged"] == 3000 and summary["missing"] == 0
     assert "failover of node" in out and "OK: every acknowledged message" in out
@@ -69,7 +69,8 @@ async def test_streamwal_dev_runs_end_to_end_and_exits_0() -> None:
 
 async def test_streamwal_dev_fails_honestly_on_an_unclean_failover() -> None:
     code, out, err = await _dev("--messages", "3000", "--no-restart", "--grace", "1")
+    assert code == 1, out + err[-4000:]
     summary = json.loads(out.strip().splitlines()[-1])
-    assert code == 1, out + err
-    assert summary["unclean_failovers"] and summary["stranded_on_killed_node"] > 0
-    assert "UNCLEAN failover" in out and "FAILED" in out
+    assert summary["unclean_failovers"], out
+    assert summary["stranded_on_killed_node"] > 0, out
+    assert "UNCLEAN failover" in out and "FAILED" in out, out
