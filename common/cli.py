@@ -25,10 +25,9 @@ def _register() -> None:
     from streamwal.coord.cli import channel, coord
     from streamwal.coord.dev import dev
     from streamwal.node.cli import node
-    from streamwal.node.demo import demo
     from streamwal.operator.cli import operator
 
-    for command in (demo, node, produce, consume, bench, coord, channel, operator, dev):
+    for command in (dev, node, produce, consume, bench, coord, channel, operator):
         main.add_command(command)
 
 

@@ -26,6 +26,11 @@ _OPTIONS = [
     ("grpc.keepalive_timeout_ms", 5_000),
     ("grpc.http2.max_pings_without_data", 0),
     ("grpc.keepalive_permit_without_calls", 1),
+    # A restarted node is back within a second or two: retry connecting at least that
+    # often instead of gRPC's default backoff, which grows to two minutes.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
 ]
 _SERVER_OPTIONS = [
     *_OPTIONS,
