@@ -17,22 +17,9 @@ from streamwal.proto import coord_pb2 as cpb
 from streamwal.proto import milvus_pb2 as mpb
 from streamwal.proto import streaming_pb2 as pb
 from streamwal.proto import streaming_pb2_grpc as pbg
+from tests.support import wait_for
 
 FENCING = (ChannelFenced, ChannelNotExist, UnmatchedChannelTerm)
-
-
-async def wait_for(predicate, timeout: float, interval: float = 0.05, what: str = "condition"):
-    """Await `predicate()` (sync or async) until truthy; returns its value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(interval)
 
 
 async def served(cluster, node_id: int) -> dict[str, int]:

@@ -9,7 +9,7 @@ import time
 
 from streamwal.client.wal import connect
 from streamwal.coord.dev import ProducerRun, produce_range, verify
-from tests.routing.conftest import wait_for
+from tests.support import wait_for
 
 
 async def test_discovery_driven_routing_picks_up_new_pchannels(make_cluster) -> None:
