@@ -73,10 +73,16 @@ class NodeServer:
 
     async def stop(self, grace: float = 2.0) -> None:
         self.service.serving = False
-        await self._health.enter_graceful_shutdown()
-        if self._server:
-            await self._server.stop(grace)
-        await self.wal.close()
+        for phase, step in (
+            ("health", self._health.enter_graceful_shutdown()),
+            ("rpcs", self._server.stop(grace) if self._server else asyncio.sleep(0)),
+            ("wal", self.wal.close()),
+        ):
+            log.info("stopping", extra={"phase": phase})
+            try:
+                await asyncio.wait_for(step, grace + 5)
+            except TimeoutError:
+                log.error("stop phase timed out", extra={"phase": phase})
         self.store.close()
         if self._metrics_server:
             self._metrics_server.shutdown()
