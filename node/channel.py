@@ -9,8 +9,8 @@ single group committer in offset order, so `committed_next` only moves forward.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
-from collections import deque
 
 from streamwal.node.clock import HybridClock
 from streamwal.node.fencing import Fence
@@ -41,8 +41,7 @@ class Channel:
         self.producer_states: dict[str, ProducerState] = {}
         self.inflight: dict[tuple[str, int], asyncio.Future] = {}
         self._changed = asyncio.Event()
-        self._tail: deque[tuple[int, bytes]] = deque()
-        self._tail_bytes = 0
+        self._tail = _TailCache()
 
     @property
     def fence(self) -> Fence:
@@ -54,10 +53,7 @@ class Channel:
 
     def committed(self, base: int, count: int, value: bytes) -> None:
         self.committed_next = base + count
-        self._tail.append((base, value))
-        self._tail_bytes += len(value)
-        while self._tail_bytes > TAIL_CACHE_BYTES and len(self._tail) > 1:
-            self._tail_bytes -= len(self._tail.popleft()[1])
+        self._tail.append(base, value)
 
     def notify(self) -> None:
         """Wake every consumer waiting for data or for a fence change."""
@@ -69,30 +65,69 @@ class Channel:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(event.wait(), timeout)
 
-    def cached_from(self, offset: int, limit: int) -> list[tuple[int, bytes]] | None:
+    def cached_from(
+        self, offset: int, limit: int, max_bytes: int
+    ) -> list[tuple[int, bytes]] | None:
         """Committed records from the one holding `offset`, if the cache reaches back that far."""
-        cache = self._tail
-        if not cache or cache[0][0] > offset:
-            return None
-        out = []
-        # Walk backwards to the first record that may hold `offset`; tails are short.
-        idx = len(cache) - 1
-        while idx > 0 and cache[idx][0] > offset:
-            idx -= 1
-        for i in range(idx, len(cache)):
-            out.append(cache[i])
-            if len(out) >= limit:
-                break
-        return out
+        return self._tail.read_from(offset, limit, max_bytes)
 
     def rewind_uncommitted(self) -> None:
         """After a failed write: forget offsets handed out but never made durable."""
         self.next_offset = self.committed_next
 
     def drop_cache_after(self, offset: int) -> None:
-        while self._tail and self._tail[-1][0] >= offset:
-            self._tail_bytes -= len(self._tail.pop()[1])
+        self._tail.drop_after(offset)
 
     def drop_cache_before(self, offset: int) -> None:
-        while self._tail and self._tail[0][0] < offset:
-            self._tail_bytes -= len(self._tail.popleft()[1])
+        self._tail.drop_before(offset)
+
+
+class _TailCache:
+    """The newest committed records, oldest first, found by bisection on base offsets.
+
+    A list with a moving start (compacted now and then) instead of a deque: a deque's
+    indexing walks from an end, which made tailing a log of single-message records
+    quadratic in the cache length.
+    """
+
+    def __init__(self, capacity: int = TAIL_CACHE_BYTES) -> None:
+        self._capacity = capacity
+        self._bases: list[int] = []
+        self._values: list[bytes] = []
+        self._start = 0
+        self._bytes = 0
+
+    def append(self, base: int, value: bytes) -> None:
+        self._bases.append(base)
+        self._values.append(value)
+        self._bytes += len(value)
+        while self._bytes > self._capacity and len(self._bases) - self._start > 1:
+            self._bytes -= len(self._values[self._start])
+            self._start += 1
+        if self._start > 1024 and self._start * 2 > len(self._bases):
+            del self._bases[: self._start]
+            del self._values[: self._start]
+            self._start = 0
+
+    def read_from(self, offset: int, limit: int, max_bytes: int) -> list[tuple[int, bytes]] | None:
+        if self._start >= len(self._bases) or self._bases[self._start] > offset:
+            return None
+        i = bisect.bisect_right(self._bases, offset, lo=self._start) - 1
+        out: list[tuple[int, bytes]] = []
+        size = 0
+        for j in range(i, min(len(self._bases), i + limit)):
+            out.append((self._bases[j], self._values[j]))
+            size += len(self._values[j])
+            if size >= max_bytes:
+                break
+        return out
+
+    def drop_after(self, offset: int) -> None:
+        while len(self._bases) > self._start and self._bases[-1] >= offset:
+            self._bases.pop()
+            self._bytes -= len(self._values.pop())
+
+    def drop_before(self, offset: int) -> None:
+        while self._start < len(self._bases) and self._bases[self._start] < offset:
+            self._bytes -= len(self._values[self._start])
+            self._start += 1

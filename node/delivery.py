@@ -105,6 +105,38 @@ def select(
     return Slice(offsets[0], ticks[0], keep.SerializeToString(), offsets, ticks)
 
 
+JOIN_BYTES = 256 * 1024  # records smaller than this share frames
+
+
+def joinable(pieces: list[Slice], piece: Slice) -> bool:
+    """Whether `piece` may join `pieces` in one frame (bounded size)."""
+    return sum(len(p.body) for p in pieces) + len(piece.body) < JOIN_BYTES
+
+
+def join(pieces: list[Slice]) -> Slice:
+    """Consecutive slices as one: their MessageBatch bodies concatenate (repeated fields
+    merge on the wire). A log written one message at a time then costs one frame per
+    256 KiB, not one per message."""
+    if len(pieces) == 1:
+        return pieces[0]
+    offsets: list[int] = []
+    ticks: list[int] = []
+    for p in pieces:
+        if p.offsets is not None:
+            offsets += p.offsets
+            ticks += p.ticks or []
+        else:
+            n = _count(p.body)
+            offsets += range(p.first_offset, p.first_offset + n)
+            ticks += range(p.first_tick, p.first_tick + n)
+    body = b"".join(p.body for p in pieces)
+    return Slice(offsets[0], ticks[0], body, offsets, ticks)
+
+
+def _count(body: bytes) -> int:
+    return len(pb.MessageBatch.FromString(body).messages)
+
+
 def batch_frame(s: Slice, term: int) -> pb.ConsumeResponse:
     return pb.ConsumeResponse(
         consume_batch=pb.ConsumeBatchResponse(

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rocksdict import Options, Rdict, ReadOptions, WriteBatch, WriteOptions
+from rocksdict import DBCompressionType, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
 from streamwal.node import records
 
@@ -98,6 +98,10 @@ class LogStore:
         opts.set_write_buffer_size(64 * 1024 * 1024)
         opts.set_max_write_buffer_number(4)
         opts.increase_parallelism(2)
+        # Payloads are the user's bytes, often compressed already; block compression cost
+        # the catch-up read path half its throughput (a 2 M-message read back after
+        # writing: 219 k -> see docs/benchmarks.md) for little space.
+        opts.set_compression_type(DBCompressionType.none())
         self._db = Rdict(str(path), opts)
         self._write_opts = WriteOptions()
         self._write_opts.sync = sync
@@ -169,8 +173,11 @@ class LogStore:
     def write(self, wb: WriteBatch) -> None:
         self._db.write(wb, self._write_opts)
 
-    def records_from(self, name: str, offset: int, limit: int) -> list[tuple[int, bytes]]:
-        """Up to `limit` (base offset, value) pairs, starting with the record holding `offset`."""
+    def records_from(
+        self, name: str, offset: int, limit: int, max_bytes: int = 1 << 62
+    ) -> list[tuple[int, bytes]]:
+        """Up to `limit` (base offset, value) pairs (or about `max_bytes`), starting with the
+        record holding `offset`."""
         prefix = log_prefix(name)
         it = self._db.iter(ReadOptions())
         it.seek_for_prev(prefix + _U64.pack(offset))
@@ -178,7 +185,8 @@ class LogStore:
             it.seek(prefix)
         out: list[tuple[int, bytes]] = []
         plen = len(prefix)
-        while it.valid() and len(out) < limit:
+        size = 0
+        while it.valid() and len(out) < limit and size < max_bytes:
             key = it.key()
             if not key.startswith(prefix):
                 break
@@ -186,6 +194,7 @@ class LogStore:
             base = _U64.unpack(key[plen:])[0]
             if base + records.peek(value)[2] > offset:
                 out.append((base, value))
+                size += len(value)
             it.next()
         return out
 

@@ -30,7 +30,7 @@ log = logging.getLogger("streamwal.node.service")
 
 PRODUCER_HEADER = "create-producer-bin"
 CONSUMER_HEADER = "create-consumer-bin"
-READ_RECORDS = 32  # records per read from the log while catching up
+READ_RECORDS = 1024  # records per read step while catching up (also bounded by bytes)
 MAX_PRODUCER_ID = 128
 
 
@@ -332,21 +332,34 @@ class NodeService:
                 await asyncio.wait((waiter, closer), return_when=asyncio.FIRST_COMPLETED)
                 waiter.cancel()
                 continue
+            small: list[delivery.Slice] = []  # small records of one term, sent as one frame
+            small_term = 0
             for base, value in recs:
                 try:
                     rec = records.decode(value, f"{ch.name}@{base}")
                 except StreamingError as err:
                     log.error("corrupt record", extra={"pchannel": ch.name, "offset": base})
+                    if small:  # deliver everything before the bad record first
+                        await context.write(delivery.batch_frame(delivery.join(small), small_term))
                     return err
                 piece = delivery.select(base, rec, position, filters, end)
                 position = base + rec.count
                 if piece is None or (skip_ticks and rec.flags & records.FLAG_TIME_TICK):
                     continue
-                if batched:
-                    await context.write(delivery.batch_frame(piece, rec.term))
-                else:
+                if not batched:
                     for frame in delivery.message_frames(piece, rec.term):
                         await context.write(frame)
+                    continue
+                if small and (rec.term != small_term or not delivery.joinable(small, piece)):
+                    await context.write(delivery.batch_frame(delivery.join(small), small_term))
+                    small = []
+                if len(piece.body) >= delivery.JOIN_BYTES:
+                    await context.write(delivery.batch_frame(piece, rec.term))
+                else:
+                    small.append(piece)
+                    small_term = rec.term
+            if small:
+                await context.write(delivery.batch_frame(delivery.join(small), small_term))
             ch.consumer_positions[consumer_id] = position
             lag.set(ch.committed_next - min(ch.consumer_positions.values()))
 

@@ -36,6 +36,7 @@ from streamwal.proto import streaming_pb2 as pb
 log = logging.getLogger("streamwal.node.wal")
 
 MAX_NAME_BYTES = 200
+READ_BYTES = 4 * 1024 * 1024  # one read step of a consumer or a fetch
 _TIME_TICK_BODY = pb.MessageBatch(
     messages=[pb.Message(properties={PROP_TYPE: str(int(MsgType.TimeTick))})]
 ).SerializeToString()
@@ -421,14 +422,17 @@ class Wal:
 
     # -- reads -------------------------------------------------------------------------
 
-    def read(self, ch: Channel, offset: int, limit: int) -> list[tuple[int, bytes]]:
-        """Committed records from the one holding `offset`; empty when caught up."""
+    def read(
+        self, ch: Channel, offset: int, limit: int, max_bytes: int = READ_BYTES
+    ) -> list[tuple[int, bytes]]:
+        """Committed records from the one holding `offset` (up to `limit` records or about
+        `max_bytes`); empty when caught up."""
         if offset >= ch.committed_next:
             return []
-        cached = ch.cached_from(offset, limit)
+        cached = ch.cached_from(offset, limit, max_bytes)
         if cached is not None:
             return cached
-        out = self.store.records_from(ch.name, offset, limit)
+        out = self.store.records_from(ch.name, offset, limit, max_bytes)
         # Records past committed_next may be written but not yet acknowledged.
         return [(b, v) for b, v in out if b < ch.committed_next]
 

@@ -174,3 +174,24 @@ def test_policy_constructors_fill_the_oneof() -> None:
     assert DeliverPolicy.all().WhichOneof("policy") == "all"
     assert DeliverPolicy.latest() == pb.DeliverPolicy(latest=Empty())
     assert decode_offset(DeliverPolicy.start_after(7).start_after.id) == 7
+
+
+def test_small_slices_join_into_one_frame_with_each_message_position() -> None:
+    def body(*payloads: bytes) -> bytes:
+        return pb.MessageBatch(
+            messages=[pb.Message(payload=p) for p in payloads]
+        ).SerializeToString()
+
+    joined = delivery.join(
+        [
+            delivery.Slice(10, 1000, body(b"a")),
+            delivery.Slice(11, 2000, body(b"b", b"c")),
+            delivery.Slice(13, 3000, body(b"d"), [13], [3000]),
+        ]
+    )
+    messages = pb.MessageBatch.FromString(joined.body).messages
+    assert [m.payload for m in messages] == [b"a", b"b", b"c", b"d"]
+    assert joined.offsets == [10, 11, 12, 13]
+    assert joined.ticks == [1000, 2000, 2001, 3000]
+    assert delivery.joinable([joined], delivery.Slice(14, 1, body(b"e")))
+    assert not delivery.joinable([joined], delivery.Slice(14, 1, b"x" * delivery.JOIN_BYTES))
