@@ -97,6 +97,14 @@ async def run(quick: bool, size: int, messages: int, restart_messages: int, work
             result["produce_msgs_per_s"] = round(messages / secs)
             result["produce_mb_per_s"] = round(messages * size / secs / 1e6, 1)
 
+            # Catch-up: read back everything written so far (the produce run and the
+            # warm-up), from the start of the log.
+            status = await nc.collect_status()
+            end = status.channels[0].next_offset
+            count, secs = await consume_all(nc, 1, end)
+            result["consume_msgs"] = count
+            result["consume_msgs_per_s"] = round(count / secs)
+
             lat = []
             payload = b"\x5a" * size
             for _ in tqdm(range(2000 if quick else 20000), desc="latency", file=sys.stderr):
@@ -107,13 +115,7 @@ async def run(quick: bool, size: int, messages: int, restart_messages: int, work
             result["produce_p99_ms"] = round(_percentile(lat, 0.99), 3)
             result["produce_p999_ms"] = round(_percentile(lat, 0.999), 3)
 
-            status = await nc.collect_status()
-            end = status.channels[0].next_offset
-            count, secs = await consume_all(nc, 1, end)
-            result["consume_msgs"] = count
-            result["consume_msgs_per_s"] = round(count / secs)
-
-            have = end
+            have = (await nc.collect_status()).channels[0].next_offset
             if restart_messages > have:
                 with tqdm(
                     total=restart_messages - have,
