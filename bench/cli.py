@@ -4,6 +4,7 @@ import click
 
 from streamwal.bench.compare import compare
 from streamwal.bench.node import node
+from streamwal.bench.spark_read import spark
 
 
 @click.group("bench")
@@ -13,3 +14,4 @@ def bench() -> None:
 
 bench.add_command(node)
 bench.add_command(compare)
+bench.add_command(spark)
