@@ -2,16 +2,17 @@
 
 import click
 
-from streamwal.bench.compare import compare
-from streamwal.bench.node import node
-from streamwal.bench.spark_read import spark
+from streamwal.cli import LazyGroup
 
 
-@click.group("bench")
+@click.group(
+    "bench",
+    cls=LazyGroup,
+    lazy={
+        "node": "streamwal.bench.node:node",
+        "compare": "streamwal.bench.compare:compare",
+        "spark": "streamwal.bench.spark_read:spark",
+    },
+)
 def bench() -> None:
     """Benchmarks; each prints progress on stderr and one JSON object last on stdout."""
-
-
-bench.add_command(node)
-bench.add_command(compare)
-bench.add_command(spark)

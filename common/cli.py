@@ -1,14 +1,48 @@
-"""The `streamwal` command: one entry point whose subcommands live with their parts."""
+"""The `streamwal` command: one entry point whose subcommands live with their parts.
+
+Subcommands are imported only when invoked, so `streamwal node` does not pay for the
+benchmark peers, Kopf or Spark at every start (the node's restart time includes it).
+"""
 
 from __future__ import annotations
+
+import importlib
 
 import click
 
 from streamwal import __version__
 
 
+class LazyGroup(click.Group):
+    """A click group whose commands are "module:attribute" paths, imported on use."""
+
+    def __init__(self, *args, lazy: dict[str, str], **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._lazy = lazy
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self._lazy})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in self._lazy:
+            module, _, attr = self._lazy[name].partition(":")
+            return getattr(importlib.import_module(module), attr)
+        return super().get_command(ctx, name)
+
+
 @click.group(
-    context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "STREAMWAL"}
+    cls=LazyGroup,
+    lazy={
+        "dev": "streamwal.coord.dev:dev",
+        "node": "streamwal.node.cli:node",
+        "produce": "streamwal.client.cli:produce",
+        "consume": "streamwal.client.cli:consume",
+        "bench": "streamwal.bench.cli:bench",
+        "coord": "streamwal.coord.cli:coord",
+        "channel": "streamwal.coord.cli:channel",
+        "operator": "streamwal.operator.cli:operator",
+    },
+    context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "STREAMWAL"},
 )
 @click.version_option(__version__, prog_name="streamwal")
 def main() -> None:
@@ -17,18 +51,3 @@ def main() -> None:
     Every option can also be set from the environment as STREAMWAL_<COMMAND>_<OPTION>,
     for example STREAMWAL_NODE_DATA_DIR.
     """
-
-
-def _register() -> None:
-    from streamwal.bench.cli import bench
-    from streamwal.client.cli import consume, produce
-    from streamwal.coord.cli import channel, coord
-    from streamwal.coord.dev import dev
-    from streamwal.node.cli import node
-    from streamwal.operator.cli import operator
-
-    for command in (dev, node, produce, consume, bench, coord, channel, operator):
-        main.add_command(command)
-
-
-_register()

@@ -22,6 +22,7 @@ from streamwal.grpc_errors import status_for, trailing
 from streamwal.ids import encode_offset
 from streamwal.node import delivery, records
 from streamwal.node.channel import Channel
+from streamwal.node.fencing import check_access
 from streamwal.node.wal import Resent, Wal
 from streamwal.proto import milvus_pb2
 from streamwal.proto import streaming_pb2 as pb
@@ -309,8 +310,6 @@ class NodeService:
         context: aio.ServicerContext,
         consumer_id: int,
     ) -> StreamingError | None:
-        from streamwal.node.fencing import check_access
-
         lag = self.wal.metrics.consumer_lag.labels(ch.name)
         batched = options.batched
         skip_ticks = options.skip_time_ticks

@@ -451,19 +451,16 @@ class Wal:
                         continue
 
     async def _retention_loop(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(self.config.retention_check_interval_s)
             for ch in list(self.channels.values()):
-                await self.apply_retention(ch, loop)
+                await self.apply_retention(ch)
 
-    async def apply_retention(
-        self, ch: Channel, loop: asyncio.AbstractEventLoop | None = None
-    ) -> None:
+    async def apply_retention(self, ch: Channel) -> None:
         meta = ch.meta
         if not (meta.retention_age_ms or meta.retention_bytes):
             return
-        loop = loop or asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
         size = ch.size_bytes
         plan = await loop.run_in_executor(
             None,
