@@ -31,6 +31,17 @@ class StreamingCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STREAMING_CODE_EOF: _ClassVar[StreamingCode]
     STREAMING_CODE_INVAILD_ARGUMENT: _ClassVar[StreamingCode]
     STREAMING_CODE_UNKNOWN: _ClassVar[StreamingCode]
+
+class ReplicaRole(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    REPLICA_ROLE_LEADER: _ClassVar[ReplicaRole]
+    REPLICA_ROLE_FOLLOWER: _ClassVar[ReplicaRole]
+
+class AckLevel(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ACK_LEVEL_DEFAULT: _ClassVar[AckLevel]
+    ACK_LEVEL_LEADER: _ClassVar[AckLevel]
+    ACK_LEVEL_QUORUM: _ClassVar[AckLevel]
 PCHANNEL_META_STATE_UNKNOWN: PChannelMetaState
 PCHANNEL_META_STATE_UNINITIALIZED: PChannelMetaState
 PCHANNEL_META_STATE_ASSIGNING: PChannelMetaState
@@ -48,6 +59,11 @@ STREAMING_CODE_INNER: StreamingCode
 STREAMING_CODE_EOF: StreamingCode
 STREAMING_CODE_INVAILD_ARGUMENT: StreamingCode
 STREAMING_CODE_UNKNOWN: StreamingCode
+REPLICA_ROLE_LEADER: ReplicaRole
+REPLICA_ROLE_FOLLOWER: ReplicaRole
+ACK_LEVEL_DEFAULT: AckLevel
+ACK_LEVEL_LEADER: AckLevel
+ACK_LEVEL_QUORUM: AckLevel
 
 class MessageID(_message.Message):
     __slots__ = ("id",)
@@ -220,12 +236,14 @@ class ProduceRequest(_message.Message):
     def __init__(self, produce: _Optional[_Union[ProduceMessageRequest, _Mapping]] = ..., close: _Optional[_Union[CloseProducerRequest, _Mapping]] = ..., produce_batch: _Optional[_Union[ProduceBatchRequest, _Mapping]] = ...) -> None: ...
 
 class CreateProducerRequest(_message.Message):
-    __slots__ = ("pchannel", "producer_id")
+    __slots__ = ("pchannel", "producer_id", "ack_level")
     PCHANNEL_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    ACK_LEVEL_FIELD_NUMBER: _ClassVar[int]
     pchannel: PChannelInfo
     producer_id: str
-    def __init__(self, pchannel: _Optional[_Union[PChannelInfo, _Mapping]] = ..., producer_id: _Optional[str] = ...) -> None: ...
+    ack_level: AckLevel
+    def __init__(self, pchannel: _Optional[_Union[PChannelInfo, _Mapping]] = ..., producer_id: _Optional[str] = ..., ack_level: _Optional[_Union[AckLevel, str]] = ...) -> None: ...
 
 class ProduceMessageRequest(_message.Message):
     __slots__ = ("request_id", "message")
@@ -336,16 +354,18 @@ class CloseConsumerResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class StreamingNodeManagerAssignRequest(_message.Message):
-    __slots__ = ("pchannel", "retention", "catch_up_from", "min_next_offset")
+    __slots__ = ("pchannel", "retention", "catch_up_from", "min_next_offset", "replica_set")
     PCHANNEL_FIELD_NUMBER: _ClassVar[int]
     RETENTION_FIELD_NUMBER: _ClassVar[int]
     CATCH_UP_FROM_FIELD_NUMBER: _ClassVar[int]
     MIN_NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_SET_FIELD_NUMBER: _ClassVar[int]
     pchannel: PChannelInfo
     retention: RetentionPolicy
     catch_up_from: str
     min_next_offset: int
-    def __init__(self, pchannel: _Optional[_Union[PChannelInfo, _Mapping]] = ..., retention: _Optional[_Union[RetentionPolicy, _Mapping]] = ..., catch_up_from: _Optional[str] = ..., min_next_offset: _Optional[int] = ...) -> None: ...
+    replica_set: ReplicaSet
+    def __init__(self, pchannel: _Optional[_Union[PChannelInfo, _Mapping]] = ..., retention: _Optional[_Union[RetentionPolicy, _Mapping]] = ..., catch_up_from: _Optional[str] = ..., min_next_offset: _Optional[int] = ..., replica_set: _Optional[_Union[ReplicaSet, _Mapping]] = ...) -> None: ...
 
 class StreamingNodeManagerAssignResponse(_message.Message):
     __slots__ = ()
@@ -482,7 +502,7 @@ class RetentionPolicy(_message.Message):
     def __init__(self, max_age_ms: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
 
 class PChannelStatus(_message.Message):
-    __slots__ = ("pchannel", "first_offset", "next_offset", "last_time_tick", "size_bytes", "producers", "consumers")
+    __slots__ = ("pchannel", "first_offset", "next_offset", "last_time_tick", "size_bytes", "producers", "consumers", "role", "last_term", "commit_offset", "replicas")
     PCHANNEL_FIELD_NUMBER: _ClassVar[int]
     FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
     NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -490,6 +510,10 @@ class PChannelStatus(_message.Message):
     SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
     PRODUCERS_FIELD_NUMBER: _ClassVar[int]
     CONSUMERS_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    LAST_TERM_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
     pchannel: PChannelInfo
     first_offset: int
     next_offset: int
@@ -497,4 +521,78 @@ class PChannelStatus(_message.Message):
     size_bytes: int
     producers: int
     consumers: int
-    def __init__(self, pchannel: _Optional[_Union[PChannelInfo, _Mapping]] = ..., first_offset: _Optional[int] = ..., next_offset: _Optional[int] = ..., last_time_tick: _Optional[int] = ..., size_bytes: _Optional[int] = ..., producers: _Optional[int] = ..., consumers: _Optional[int] = ...) -> None: ...
+    role: ReplicaRole
+    last_term: int
+    commit_offset: int
+    replicas: _containers.RepeatedCompositeFieldContainer[ReplicaProgress]
+    def __init__(self, pchannel: _Optional[_Union[PChannelInfo, _Mapping]] = ..., first_offset: _Optional[int] = ..., next_offset: _Optional[int] = ..., last_time_tick: _Optional[int] = ..., size_bytes: _Optional[int] = ..., producers: _Optional[int] = ..., consumers: _Optional[int] = ..., role: _Optional[_Union[ReplicaRole, str]] = ..., last_term: _Optional[int] = ..., commit_offset: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaProgress, _Mapping]]] = ...) -> None: ...
+
+class ReplicaSet(_message.Message):
+    __slots__ = ("role", "members", "leader")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    role: ReplicaRole
+    members: _containers.RepeatedCompositeFieldContainer[StreamingNodeInfo]
+    leader: StreamingNodeInfo
+    def __init__(self, role: _Optional[_Union[ReplicaRole, str]] = ..., members: _Optional[_Iterable[_Union[StreamingNodeInfo, _Mapping]]] = ..., leader: _Optional[_Union[StreamingNodeInfo, _Mapping]] = ...) -> None: ...
+
+class ReplicaProgress(_message.Message):
+    __slots__ = ("node_id", "acked_offset", "lag")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    ACKED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAG_FIELD_NUMBER: _ClassVar[int]
+    node_id: int
+    acked_offset: int
+    lag: int
+    def __init__(self, node_id: _Optional[int] = ..., acked_offset: _Optional[int] = ..., lag: _Optional[int] = ...) -> None: ...
+
+class ReplicaAck(_message.Message):
+    __slots__ = ("pchannel", "term", "node_id", "replica", "acked_offset", "replay", "term_history")
+    PCHANNEL_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
+    ACKED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    REPLAY_FIELD_NUMBER: _ClassVar[int]
+    TERM_HISTORY_FIELD_NUMBER: _ClassVar[int]
+    pchannel: str
+    term: int
+    node_id: int
+    replica: int
+    acked_offset: int
+    replay: bool
+    term_history: _containers.RepeatedCompositeFieldContainer[TermStart]
+    def __init__(self, pchannel: _Optional[str] = ..., term: _Optional[int] = ..., node_id: _Optional[int] = ..., replica: _Optional[int] = ..., acked_offset: _Optional[int] = ..., replay: _Optional[bool] = ..., term_history: _Optional[_Iterable[_Union[TermStart, _Mapping]]] = ...) -> None: ...
+
+class LogEntry(_message.Message):
+    __slots__ = ("offset", "record", "term", "commit_offset", "truncate_from", "term_history")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATE_FROM_FIELD_NUMBER: _ClassVar[int]
+    TERM_HISTORY_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    record: bytes
+    term: int
+    commit_offset: int
+    truncate_from: int
+    term_history: _containers.RepeatedCompositeFieldContainer[TermStart]
+    def __init__(self, offset: _Optional[int] = ..., record: _Optional[bytes] = ..., term: _Optional[int] = ..., commit_offset: _Optional[int] = ..., truncate_from: _Optional[int] = ..., term_history: _Optional[_Iterable[_Union[TermStart, _Mapping]]] = ...) -> None: ...
+
+class FenceRequest(_message.Message):
+    __slots__ = ("pchannel",)
+    PCHANNEL_FIELD_NUMBER: _ClassVar[int]
+    pchannel: PChannelInfo
+    def __init__(self, pchannel: _Optional[_Union[PChannelInfo, _Mapping]] = ...) -> None: ...
+
+class FenceResponse(_message.Message):
+    __slots__ = ("last_term", "next_offset", "commit_offset")
+    LAST_TERM_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    last_term: int
+    next_offset: int
+    commit_offset: int
+    def __init__(self, last_term: _Optional[int] = ..., next_offset: _Optional[int] = ..., commit_offset: _Optional[int] = ...) -> None: ...

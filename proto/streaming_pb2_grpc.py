@@ -641,6 +641,16 @@ class StreamingNodeReplicationServiceStub:
                 request_serializer=streaming__pb2.FetchRequest.SerializeToString,
                 response_deserializer=streaming__pb2.FetchResponse.FromString,
                 _registered_method=True)
+        self.Replicate = channel.stream_stream(
+                '/milvus.proto.streaming.StreamingNodeReplicationService/Replicate',
+                request_serializer=streaming__pb2.ReplicaAck.SerializeToString,
+                response_deserializer=streaming__pb2.LogEntry.FromString,
+                _registered_method=True)
+        self.Fence = channel.unary_unary(
+                '/milvus.proto.streaming.StreamingNodeReplicationService/Fence',
+                request_serializer=streaming__pb2.FenceRequest.SerializeToString,
+                response_deserializer=streaming__pb2.FenceResponse.FromString,
+                _registered_method=True)
 
 
 class StreamingNodeReplicationServiceServicer:
@@ -660,6 +670,23 @@ class StreamingNodeReplicationServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Replicate(self, request_iterator, context):
+        """Replicate: a follower's stream to its leader; the follower sends ReplicaAcks, the
+        leader streams LogEntries (catching the follower up from disk, then tailing).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Fence(self, request, context):
+        """Fence: raise (and persist) the pchannel's accepted term on this node, stop leading
+        or following any lower term, and report the log's end; works on a node holding the
+        pchannel's data but not serving it. Coord fences a majority before picking a leader.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_StreamingNodeReplicationServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -667,6 +694,16 @@ def add_StreamingNodeReplicationServiceServicer_to_server(servicer, server):
                     servicer.Fetch,
                     request_deserializer=streaming__pb2.FetchRequest.FromString,
                     response_serializer=streaming__pb2.FetchResponse.SerializeToString,
+            ),
+            'Replicate': grpc.stream_stream_rpc_method_handler(
+                    servicer.Replicate,
+                    request_deserializer=streaming__pb2.ReplicaAck.FromString,
+                    response_serializer=streaming__pb2.LogEntry.SerializeToString,
+            ),
+            'Fence': grpc.unary_unary_rpc_method_handler(
+                    servicer.Fence,
+                    request_deserializer=streaming__pb2.FenceRequest.FromString,
+                    response_serializer=streaming__pb2.FenceResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -702,6 +739,60 @@ class StreamingNodeReplicationService:
             '/milvus.proto.streaming.StreamingNodeReplicationService/Fetch',
             streaming__pb2.FetchRequest.SerializeToString,
             streaming__pb2.FetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Replicate(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/milvus.proto.streaming.StreamingNodeReplicationService/Replicate',
+            streaming__pb2.ReplicaAck.SerializeToString,
+            streaming__pb2.LogEntry.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Fence(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/milvus.proto.streaming.StreamingNodeReplicationService/Fence',
+            streaming__pb2.FenceRequest.SerializeToString,
+            streaming__pb2.FenceResponse.FromString,
             options,
             channel_credentials,
             insecure,
