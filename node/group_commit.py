@@ -19,12 +19,27 @@ from rocksdict import WriteBatch
 from streamwal.errors import OnShutdown
 from streamwal.node.log_store import LogStore
 
+# A lone write up to this size runs on the event loop (see GroupCommitter).
+INLINE_WRITE_BYTES = 64 * 1024
+
 
 class Item(Protocol):
     future: asyncio.Future
 
 
 class GroupCommitter:
+    """At most one write in flight; what arrives meanwhile forms the next group.
+
+    Writes start straight from `submit` and finish in the write's callback: a
+    one-at-a-time producer pays no event-loop task switch between its request and its
+    fsync, or between the fsync and its answer (each switch costs tens of µs). When
+    nothing queued up behind the previous write and the group is small, the write runs
+    on the loop itself: the hand-off to a worker thread and back costs more than the
+    fsync (~0.2 ms of a ~0.4 ms write here), and there is nobody for the loop to serve
+    meanwhile. As soon as requests queue up behind writes, writes go to the worker
+    thread again, so the loop keeps parsing the next group while the disk syncs.
+    """
+
     def __init__(
         self,
         store: LogStore,
@@ -35,53 +50,69 @@ class GroupCommitter:
     ) -> None:
         self._store = store
         self._pending: list[Any] = []
-        self._wakeup = asyncio.Event()
         self._prepare = prepare
         self._on_committed = on_committed
         self._on_failed = on_failed
         self._observe_write = observe_write
-        self._task: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._writing = False
+        self._contended = False  # requests queued up behind the last write
+        self._idle: asyncio.Event | None = None
         self._closed = False
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="group-commit")
+        self._loop = asyncio.get_running_loop()
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     def submit(self, item: Item) -> None:
         if self._closed:
             item.future.set_exception(OnShutdown("node is shutting down"))
             return
         self._pending.append(item)
-        self._wakeup.set()
+        if not self._writing:
+            self._write_pending()
 
     async def close(self) -> None:
         """Write what is pending, then stop."""
         self._closed = True
-        self._wakeup.set()
-        if self._task:
-            await self._task
+        if self._idle is not None:
+            await self._idle.wait()
 
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            await self._wakeup.wait()
-            self._wakeup.clear()
-            if not self._pending:
-                if self._closed:
-                    return
-                continue
-            group, self._pending = self._pending, []
-            wb = self._store.new_batch()
-            self._prepare(group, wb)
-            started = time.perf_counter()
+    def _write_pending(self) -> None:
+        assert self._loop is not None and self._idle is not None
+        group, self._pending = self._pending, []
+        self._writing = True
+        self._idle.clear()
+        wb = self._store.new_batch()
+        self._prepare(group, wb)
+        started = time.perf_counter()
+        if not self._contended and wb.size_in_bytes() <= INLINE_WRITE_BYTES:
+            write = self._loop.create_future()
             try:
-                await loop.run_in_executor(None, self._store.write, wb)
-            except Exception as exc:  # disk full, I/O error: nothing of the group landed
-                # Items queued behind the group hold later offsets; writing them would
-                # leave a hole, so they fail too and the owner rewinds to what is durable.
-                failed, self._pending = group + self._pending, []
-                self._on_failed(failed, exc)
+                self._store.write(wb)
+            except Exception as exc:
+                write.set_exception(exc)
             else:
-                self._observe_write(time.perf_counter() - started)
-                self._on_committed(group)
-            if self._pending:
-                self._wakeup.set()
+                write.set_result(None)
+            self._written(write, group, started)
+            return
+        write = self._loop.run_in_executor(None, self._store.write, wb)
+        write.add_done_callback(lambda f: self._written(f, group, started))
+
+    def _written(self, write: asyncio.Future, group: list[Any], started: float) -> None:
+        exc = write.exception()
+        if exc is not None:  # disk full, I/O error: nothing of the group landed
+            # Items queued behind the group hold later offsets; writing them would
+            # leave a hole, so they fail too and the owner rewinds to what is durable.
+            failed, self._pending = group + self._pending, []
+            self._on_failed(failed, exc)
+        else:
+            self._observe_write(time.perf_counter() - started)
+            self._on_committed(group)
+        self._writing = False
+        self._contended = bool(self._pending)
+        if self._pending:
+            self._write_pending()
+        else:
+            self._idle.set()

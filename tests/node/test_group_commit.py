@@ -1,0 +1,144 @@
+"""The group committer over a real RocksDB: grouping, where writes run, disk trouble.
+
+Disk trouble is injected by a LogStore whose `write` raises (RocksDB's own I/O errors
+cannot be provoked on loopback storage without privileges); everything else is real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pytest
+
+from streamwal.node.group_commit import INLINE_WRITE_BYTES, GroupCommitter
+from streamwal.node.log_store import LogStore
+
+
+class _Item:
+    def __init__(self, key: bytes, value: bytes) -> None:
+        self.key = key
+        self.value = value
+        self.future: asyncio.Future = asyncio.get_running_loop().create_future()
+
+
+class _Store(LogStore):
+    """A real store that records which thread wrote, and can block or fail writes."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.threads: list[int] = []
+        self.gate = threading.Event()
+        self.gate.set()
+        self.fail: Exception | None = None
+
+    def write(self, wb) -> None:
+        self.threads.append(threading.get_ident())
+        self.gate.wait(5)
+        if self.fail is not None:
+            raise self.fail
+        super().write(wb)
+
+
+def _committer(store: _Store, groups: list[list[_Item]]) -> GroupCommitter:
+    def prepare(group: list[_Item], wb) -> None:
+        for item in group:
+            wb.put(item.key, item.value)
+
+    def committed(group: list[_Item]) -> None:
+        groups.append(group)
+        for item in group:
+            item.future.set_result(None)
+
+    def failed(group: list[_Item], exc: BaseException) -> None:
+        for item in group:
+            item.future.set_exception(exc)
+
+    c = GroupCommitter(store, prepare, committed, failed)
+    c.start()
+    return c
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    s = _Store(tmp_path / "db")
+    yield s
+    s.close()
+
+
+async def test_a_lone_small_write_runs_on_the_loop_and_lands(store: _Store) -> None:
+    groups: list[list[_Item]] = []
+    c = _committer(store, groups)
+    item = _Item(b"k1", b"v" * 100)
+    c.submit(item)
+    await item.future
+    assert store.threads == [threading.get_ident()]
+    assert store._db[b"k1"] == b"v" * 100
+    await c.close()
+
+
+async def test_a_large_write_goes_to_a_worker_thread(store: _Store) -> None:
+    c = _committer(store, [])
+    item = _Item(b"big", b"v" * (INLINE_WRITE_BYTES + 1))
+    c.submit(item)
+    await item.future
+    assert store.threads and store.threads[0] != threading.get_ident()
+    await c.close()
+
+
+async def test_requests_arriving_during_a_write_share_the_next_one(store: _Store) -> None:
+    groups: list[list[_Item]] = []
+    c = _committer(store, groups)
+    store.gate.clear()
+    first = _Item(b"big", b"v" * (INLINE_WRITE_BYTES + 1))  # to the worker, held there
+    c.submit(first)
+    rest = [_Item(b"k%d" % i, b"v") for i in range(5)]
+    for item in rest:
+        c.submit(item)
+    store.gate.set()
+    await asyncio.gather(first.future, *(i.future for i in rest))
+    assert [len(g) for g in groups] == [1, 5]
+    # the queue behind the first write marks the committer contended: off the loop
+    assert store.threads[1] != threading.get_ident()
+    await c.close()
+
+
+async def test_a_failed_write_fails_its_group_and_the_queue_behind_it(store: _Store) -> None:
+    groups: list[list[_Item]] = []
+    c = _committer(store, groups)
+    store.gate.clear()
+    store.fail = OSError(28, "No space left on device")
+    doomed = _Item(b"big", b"v" * (INLINE_WRITE_BYTES + 1))
+    c.submit(doomed)
+    queued = _Item(b"queued", b"v")
+    c.submit(queued)
+    store.gate.set()
+    for item in (doomed, queued):
+        with pytest.raises(OSError, match="No space"):
+            await item.future
+    assert b"big" not in store._db and b"queued" not in store._db
+    # the disk recovers: the committer keeps serving
+    store.fail = None
+    later = _Item(b"later", b"v")
+    c.submit(later)
+    await later.future
+    assert store._db[b"later"] == b"v" and groups == [[later]]
+    await c.close()
+
+
+async def test_close_waits_for_the_write_in_flight(store: _Store) -> None:
+    c = _committer(store, [])
+    store.gate.clear()
+    item = _Item(b"big", b"v" * (INLINE_WRITE_BYTES + 1))
+    c.submit(item)
+    closing = asyncio.ensure_future(c.close())
+    await asyncio.sleep(0.05)
+    assert not closing.done()
+    store.gate.set()
+    await closing
+    assert item.future.done() and store._db[b"big"]
+    late = _Item(b"late", b"v")
+    c.submit(late)
+    with pytest.raises(Exception, match="shutting down"):
+        await late.future
