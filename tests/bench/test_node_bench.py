@@ -1,0 +1,40 @@
+"""`streamwal bench node` as scripts run it: a real node process, the JSON contract.
+
+Not a timed test: the figures are checked for being there and plausible, never against
+the targets (those are read off the benchmark's output on a quiet machine).
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+KEYS = (
+    "produce_msgs_per_s",
+    "produce_p50_ms",
+    "produce_p99_ms",
+    "produce_p999_ms",
+    "produce_after_burst_p99_ms",
+    "consume_msgs_per_s",
+    "restart_s",
+)
+
+
+@pytest.mark.timeout(120)
+def test_bench_node_prints_one_json_object_last(tmp_path: Path) -> None:
+    streamwal = Path(sys.executable).with_name("streamwal")
+    out = subprocess.run(
+        [str(streamwal), "bench", "node", "--quick", "--messages", "40000",
+         "--restart-messages", "120000", "--workdir", str(tmp_path)],
+        capture_output=True, text=True, timeout=110, check=True,
+    ).stdout  # fmt: skip
+    result = json.loads(out.strip().splitlines()[-1])
+    for key in KEYS:
+        assert result[key] > 0, key
+    assert result["produce_p50_ms"] <= result["produce_p99_ms"] <= result["produce_p999_ms"]
+    assert result["restart_messages_on_disk"] >= 120_000
+    # catch-up reads back everything written before it, warm-up and latency sends included
+    assert result["consume_msgs"] >= 40_000
+    assert "fsync" in result["durability"]
