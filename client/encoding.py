@@ -62,11 +62,16 @@ def encode_entry(payload: bytes, props_blob: bytes = b"") -> bytes:
     return b"\n" + varint(len(msg)) + msg
 
 
-def produce_batch_frame(request_id: int, body: bytes, sequence: int = 0) -> bytes:
-    """A serialized ProduceRequest{produce_batch: {request_id, messages: body, sequence}}."""
+def produce_batch_frame(
+    request_id: int, body: bytes, sequence: int = 0, barrier_time_tick: int = 0
+) -> bytes:
+    """A serialized ProduceRequest{produce_batch: {request_id, messages: body, sequence,
+    barrier_time_tick}}."""
     inner = b"\x08" + varint(request_id) + b"\x12" + varint(len(body)) + body
     if sequence:
         inner += b"\x18" + varint(sequence)
+    if barrier_time_tick:
+        inner += b"\x50" + varint(barrier_time_tick)  # field 10, varint
     return b"R" + varint(len(inner)) + inner
 
 

@@ -203,13 +203,14 @@ async def _open_stream(channel: aio.Channel, rpc: str, header, response_cls, ser
 class _Batch:
     """Messages sent as one frame; `sequence` is fixed when first written and kept on resend."""
 
-    __slots__ = ("count", "entries", "future", "sequence", "size")
+    __slots__ = ("barrier", "count", "entries", "future", "sequence", "size")
 
-    def __init__(self) -> None:
+    def __init__(self, barrier: int = 0) -> None:
         self.entries: list[bytes] = []
         self.size = 0
         self.count = 0
         self.sequence = 0
+        self.barrier = barrier  # every tick of the batch must be above it
         self.future: asyncio.Future = asyncio.get_running_loop().create_future()
 
 
@@ -326,19 +327,22 @@ class Producer:
         vchannel: str | None = None,
         msg_type: int | None = None,
         properties: Mapping[str, str] | None = None,
+        barrier_time_tick: int = 0,
     ) -> list[AppendResult]:
-        """Append all payloads as one atomic batch (same vchannel, type and properties)."""
+        """Append all payloads as one atomic batch (same vchannel, type and properties);
+        their ticks are above `barrier_time_tick`."""
         blob = self._props(vchannel, msg_type, properties)
         entries = [encoding.encode_entry(p, blob) for p in payloads]
         if not entries:
             return []
-        base, tick = await self.send_batch(entries)
+        base, tick = await self.send_batch(entries, barrier_time_tick)
         return [AppendResult(base + i, tick + i) for i in range(len(entries))]
 
-    async def send_batch(self, entries: list[bytes]) -> tuple[int, int]:
-        """Append entries made by encoding.encode_entry atomically: (first offset, first tick)."""
+    async def send_batch(self, entries: list[bytes], barrier_time_tick: int = 0) -> tuple[int, int]:
+        """Append entries made by encoding.encode_entry atomically: (first offset, first tick).
+        Every tick of the batch is above `barrier_time_tick` (0: no barrier)."""
         self._raise_if_failed()
-        batch = _Batch()
+        batch = _Batch(barrier_time_tick)
         batch.entries = entries
         batch.count = len(entries)
         self._queue.put_nowait(batch)
@@ -368,7 +372,9 @@ class Producer:
                     self._next_sequence += 1
                 rid = next(self._ids)
                 self._waiting[rid] = batch
-                frame = encoding.produce_batch_frame(rid, b"".join(batch.entries), batch.sequence)
+                frame = encoding.produce_batch_frame(
+                    rid, b"".join(batch.entries), batch.sequence, batch.barrier
+                )
                 await self._call.write(frame)
         except asyncio.CancelledError:
             raise

@@ -261,6 +261,12 @@ class RoutedProducer:
         inner = await self._ready()
         return await self._tracked(inner.send_many(payloads, **kwargs))
 
+    async def send_batch(self, entries: list[bytes], barrier_time_tick: int = 0) -> tuple[int, int]:
+        """Append pre-encoded entries (`encoding.encode_entry`, each with its own vchannel,
+        type and properties) as one atomic batch: (first offset, first tick)."""
+        inner = await self._ready()
+        return await self._tracked(inner.send_batch(entries, barrier_time_tick))
+
     async def _supervise(self) -> None:
         while True:
             inner = self._inner

@@ -12,6 +12,11 @@ import time
 from collections.abc import Callable
 
 LOGICAL_BITS = 18
+MAX_BARRIER_AHEAD_MS = 60_000  # clock skew tolerated between the nodes' wall clocks
+
+
+class BarrierTooFar(ValueError):
+    """A barrier tick too far in the future to honour without wrecking the clock."""
 
 
 def compose(physical_ms: int, logical: int = 0) -> int:
@@ -41,6 +46,18 @@ class HybridClock:
         """Never hand out a tick at or below `tick` from now on."""
         if tick > self._last:
             self._last = tick
+
+    def push_past(self, barrier: int, max_ahead_ms: int = MAX_BARRIER_AHEAD_MS) -> None:
+        """Make the next tick exceed `barrier` (a tick from another clock, e.g. a
+        RawAppend barrier). A barrier far ahead of the wall clock would drag this clock
+        into the future for good, so one over `max_ahead_ms` ahead is refused."""
+        ahead = physical_ms(barrier) - self._now_ms()
+        if ahead > max_ahead_ms:
+            raise BarrierTooFar(
+                f"barrier time tick {barrier} is {ahead} ms ahead of this node's clock "
+                f"(at most {max_ahead_ms} ms allowed)"
+            )
+        self.observe(barrier)
 
     def allocate(self, count: int = 1) -> int:
         """Reserve `count` consecutive ticks and return the first."""

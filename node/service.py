@@ -434,12 +434,20 @@ class _ProduceStream:
         respond: Callable[[int, int, bool], pb.ProduceResponse],
         fail: Callable[[StreamingError], pb.ProduceResponse],
         producer: tuple[str, int] | None = None,
+        barrier_time_tick: int = 0,
     ) -> None:
         """Append and answer once durable: respond(base, first tick, duplicate) or fail."""
         self.outstanding += 1
         duplicate = False
         try:
-            future = self.svc.wal.append(self.ch, self.term, body, count, producer=producer)
+            future = self.svc.wal.append(
+                self.ch,
+                self.term,
+                body,
+                count,
+                producer=producer,
+                barrier_time_tick=barrier_time_tick,
+            )
         except StreamingError as err:
             self.out.put_nowait(fail(err))
             return
@@ -496,7 +504,7 @@ class _ProduceStream:
         producer = (
             (self.producer_name, req.sequence) if self.producer_name and req.sequence else None
         )
-        self._submit(req.messages, count, respond, fail, producer)
+        self._submit(req.messages, count, respond, fail, producer, req.barrier_time_tick)
 
     def _check_batch(self, body: bytes) -> int:
         try:

@@ -17,6 +17,7 @@ from streamwal.errors import Inner, InvalidArgument, StreamingError
 from streamwal.message import PROP_TYPE, MsgType
 from streamwal.node import peer, records
 from streamwal.node.channel import Channel
+from streamwal.node.clock import BarrierTooFar
 from streamwal.node.config import NodeConfig
 from streamwal.node.divergence import divergence_point
 from streamwal.node.fencing import AssignOutcome, check_access, decide_assign, decide_remove
@@ -306,10 +307,12 @@ class Wal:
         count: int,
         flags: int = 0,
         producer: tuple[str, int] | None = None,
+        barrier_time_tick: int = 0,
     ) -> asyncio.Future:
         """Accept `count` messages (a serialized MessageBatch); the future resolves to
         (base offset, first tick) once they are durable. Raises if fenced, and raises
-        `Resent` for a batch an idempotent `producer` (id, sequence) sent before."""
+        `Resent` for a batch an idempotent `producer` (id, sequence) sent before. Every
+        tick of the batch is above `barrier_time_tick`."""
         if self._closing:
             raise Inner("node is shutting down")
         check_access(ch.fence, ch.name, term)
@@ -320,6 +323,11 @@ class Wal:
                 check_sequence(state, producer[1], producer[0])
             except Duplicate as dup:
                 raise Resent(dup.result, ch.inflight.get(producer)) from None
+        if barrier_time_tick:
+            try:
+                ch.clock.push_past(barrier_time_tick)
+            except BarrierTooFar as exc:
+                raise InvalidArgument(str(exc)) from None
         base = ch.next_offset
         ch.next_offset = base + count
         first_tick = ch.clock.allocate(count)

@@ -436,14 +436,16 @@ class MessageBatch(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
 
 class ProduceBatchRequest(_message.Message):
-    __slots__ = ("request_id", "messages", "sequence")
+    __slots__ = ("request_id", "messages", "sequence", "barrier_time_tick")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    BARRIER_TIME_TICK_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     messages: bytes
     sequence: int
-    def __init__(self, request_id: _Optional[int] = ..., messages: _Optional[bytes] = ..., sequence: _Optional[int] = ...) -> None: ...
+    barrier_time_tick: int
+    def __init__(self, request_id: _Optional[int] = ..., messages: _Optional[bytes] = ..., sequence: _Optional[int] = ..., barrier_time_tick: _Optional[int] = ...) -> None: ...
 
 class ProduceBatchResponse(_message.Message):
     __slots__ = ("request_id", "result", "error")

@@ -85,3 +85,17 @@ def test_message_properties_sets_reserved_keys_and_rejects_others() -> None:
     assert encoding.message_properties(None, None, None) == {}
     with pytest.raises(ValueError, match="reserved"):
         encoding.message_properties(None, None, {"_tt": "1"})
+
+
+@pytest.mark.parametrize(("sequence", "barrier"), [(0, 1), (3, 0), (9, 2**62 + 5)])
+def test_produce_batch_frame_with_sequence_and_barrier_equals_protoc(
+    sequence: int, barrier: int
+) -> None:
+    body = encoding.encode_entry(b"x")
+    frame = encoding.produce_batch_frame(7, body, sequence, barrier)
+    expected = pb.ProduceRequest(
+        produce_batch=pb.ProduceBatchRequest(
+            request_id=7, messages=body, sequence=sequence, barrier_time_tick=barrier
+        )
+    )
+    assert frame == expected.SerializeToString(deterministic=True)
