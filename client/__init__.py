@@ -1,0 +1,21 @@
+"""streamwal's client API. `streamwal.client.connect(coord=...)` returns the blocking WAL
+accessor; `streamwal.client.aio.connect` is its asyncio twin.
+
+This is the one part folder with an `__init__.py` (a home for `connect`); it imports
+nothing at import time, so `import streamwal.client.node_client` stays as cheap as before.
+See docs/decisions-accessor.md.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from streamwal.client.sync_accessor import SyncWALAccessor
+
+
+def connect(coord: str | None = None, **options) -> SyncWALAccessor:
+    """The blocking WAL accessor; options as `streamwal.client.aio.connect`."""
+    from streamwal.client.sync_accessor import connect as connect_sync
+
+    return connect_sync(coord, **options)

@@ -1,0 +1,190 @@
+"""The WAL accessor (seed 002's WALAccesser), asyncio form: what applications program against.
+
+It sits on the routed client (`client/wal.py`): one AssignmentDiscover stream to the
+coord, producers and consumers that follow each pchannel to its current owner. Appends go
+through one idempotent, rerouting producer per pchannel, each message naming its vchannel.
+
+    wal = await streamwal.client.aio.connect(coord="127.0.0.1:19500")
+    r = await wal.raw_append(Message("pchannel_0_v1", b"hello"))
+    scanner = wal.read("pchannel_0_v1", handler=print)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from streamwal.client.append import (
+    AppendOption,
+    AppendResponses,
+    AppendResult,
+    Message,
+    gather_responses,
+    group_by_vchannel,
+)
+from streamwal.client.node_client import ConsumedMessage
+from streamwal.client.routing import RoutedProducer
+from streamwal.client.scanner import Handler, Scanner
+from streamwal.client.wal import WAL
+from streamwal.errors import InvalidArgument, StreamingError
+from streamwal.message import pchannel_of
+from streamwal.proto import streaming_pb2 as pb
+
+WAL_NAME = "streamwal"
+
+
+class WALLocatedRemote(StreamingError):
+    """The accessor has no local view of the vchannel's time (Milvus's "wal located remote")."""
+
+
+class WALAccessor:
+    """Appends, transactions, broadcasts and reads by vchannel; see the module docstring."""
+
+    def __init__(self, wal: WAL) -> None:
+        self.wal = wal
+        self._producers: dict[str, RoutedProducer] = {}
+        self._opening: dict[str, asyncio.Lock] = {}
+        self._mvcc: dict[str, int] = {}  # pchannel -> highest tick acknowledged or delivered
+        self._scanners: set[Scanner] = set()
+
+    @property
+    def coord(self) -> str:
+        return self.wal.watcher.coord
+
+    def wal_name(self) -> str:
+        return WAL_NAME
+
+    # -- time --------------------------------------------------------------------------
+
+    def _pchannel(self, channel: str) -> str:
+        return channel if channel in self.wal.watcher.routes else pchannel_of(channel)
+
+    def observe(self, channel: str, tick: int) -> None:
+        """Record a tick acknowledged or delivered on `channel` (pchannel or vchannel)."""
+        pchannel = self._pchannel(channel)
+        if tick > self._mvcc.get(pchannel, 0):
+            self._mvcc[pchannel] = tick
+
+    def latest_mvcc_timestamp_if_local(self, vchannel: str) -> int:
+        """The highest time tick this accessor saw acknowledged (its own appends) or
+        delivered (its scanners, idle TimeTicks included) on the vchannel's pchannel.
+
+        Ticks are allocated in append order and a pchannel commits in that order, so
+        everything at or below this tick on the vchannel is settled: a read filtered with
+        `time_tick_lte`-style logic at it sees a fixed snapshot. With nothing seen the
+        accessor has no local view and raises WALLocatedRemote (as Milvus does when the
+        WAL is not in-process)."""
+        tick = self._mvcc.get(self._pchannel(vchannel))
+        if tick is None:
+            raise WALLocatedRemote(
+                f"vchannel {vchannel!r}: this accessor has neither appended to nor read its "
+                "pchannel, so it knows no local MVCC timestamp"
+            )
+        return tick
+
+    # -- appends -----------------------------------------------------------------------
+
+    async def producer(self, pchannel: str) -> RoutedProducer:
+        """The accessor's one rerouting, idempotent producer for `pchannel`."""
+        producer = self._producers.get(pchannel)
+        if producer is not None:
+            return producer
+        lock = self._opening.setdefault(pchannel, asyncio.Lock())
+        async with lock:
+            producer = self._producers.get(pchannel)
+            if producer is None:
+                producer = await self.wal.producer(pchannel)
+                self._producers[pchannel] = producer
+        return producer
+
+    async def _append_entries(
+        self, vchannel: str, msgs: Sequence[Message], barrier_time_tick: int
+    ) -> list[AppendResult]:
+        """Append messages of one vchannel as one atomic batch."""
+        try:
+            entries = [m.entry() for m in msgs]
+        except ValueError as exc:
+            raise InvalidArgument(str(exc)) from None
+        pchannel, _ = await self.wal.resolve(vchannel)
+        producer = await self.producer(pchannel)
+        base, tick = await producer.send_batch(entries, barrier_time_tick)
+        self.observe(pchannel, tick + len(entries) - 1)
+        return [AppendResult(vchannel, base + i, tick + i) for i in range(len(entries))]
+
+    async def raw_append(self, msg: Message, *, barrier_time_tick: int = 0) -> AppendResult:
+        """Append one message; once it returns the message is durable. Its time tick is
+        above `barrier_time_tick` (the owner's clock is pushed past it first)."""
+        (result,) = await self._append_entries(msg.vchannel, [msg], barrier_time_tick)
+        return result
+
+    async def append_messages(self, *msgs: Message) -> AppendResponses:
+        return await self.append_messages_with_option(AppendOption(), *msgs)
+
+    async def append_messages_with_option(
+        self, opts: AppendOption, *msgs: Message
+    ) -> AppendResponses:
+        """Append messages grouped by vchannel, the groups concurrently; each group is
+        atomic (all its messages or none). Responses are per message, in input order;
+        nothing is promised across vchannels."""
+        groups = group_by_vchannel(msgs)
+
+        async def one(vchannel: str, indexes: list[int]):
+            try:
+                group = [msgs[i] for i in indexes]
+                return indexes, await self._append_group(vchannel, group, opts)
+            except StreamingError as err:
+                return indexes, err
+
+        outcomes = await asyncio.gather(*(one(v, ix) for v, ix in groups.items()))
+        return gather_responses(len(msgs), outcomes)
+
+    async def _append_group(
+        self, vchannel: str, msgs: list[Message], opts: AppendOption
+    ) -> list[AppendResult]:
+        return await self._append_entries(vchannel, msgs, opts.barrier_time_tick)
+
+    # -- reads -------------------------------------------------------------------------
+
+    def read(
+        self,
+        vchannel: str,
+        deliver_policy: pb.DeliverPolicy | None = None,
+        deliver_filters: Sequence[pb.DeliverFilter] = (),
+        handler: Handler | None = None,
+        *,
+        time_ticks: bool = False,
+    ) -> Scanner:
+        """Deliver the vchannel's messages to `handler` in a background task, following
+        the pchannel across moves and failovers without gaps or repeats. With
+        `time_ticks` the handler also gets the node's TimeTick messages."""
+        if handler is None:
+            raise InvalidArgument("read needs a handler")
+
+        async def open_consumer():
+            return await self.wal.consumer(
+                vchannel, deliver_policy, deliver_filters, time_ticks=time_ticks
+            )
+
+        def observe(msg: ConsumedMessage) -> None:
+            self.observe(vchannel, msg.time_tick)
+
+        scanner = Scanner(open_consumer, handler, observe)
+        self._scanners.add(scanner)
+        scanner.add_done_callback(lambda: self._scanners.discard(scanner))
+        return scanner
+
+    # -- lifetime ----------------------------------------------------------------------
+
+    async def close(self) -> None:
+        for scanner in list(self._scanners):
+            await scanner.close()
+        for producer in self._producers.values():
+            await producer.close()
+        self._producers.clear()
+        await self.wal.close()
+
+    async def __aenter__(self) -> WALAccessor:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()

@@ -1,0 +1,59 @@
+"""`streamwal.client.aio.connect`: the asyncio WAL accessor.
+
+from streamwal.client.aio import connect, Message
+
+wal = await connect(coord="127.0.0.1:19500")
+result = await wal.raw_append(Message("pchannel_0_v1", b"hello"))
+await wal.close()
+"""
+
+from __future__ import annotations
+
+from streamwal.client.accessor import WALAccessor, WALLocatedRemote
+from streamwal.client.append import AppendOption, AppendResponses, AppendResult, Message
+from streamwal.client.msgstream_types import MsgPack, MsgPosition, TsMsg, hash_key
+from streamwal.client.policy import DeliverFilter, DeliverPolicy
+from streamwal.client.wal import connect as connect_wal
+from streamwal.errors import InvalidArgument
+from streamwal.message import MsgType
+from streamwal.transport import TransportConfig
+
+
+async def connect(
+    coord: str | None = None,
+    *,
+    namespace: str | None = None,
+    timeout: float = 10.0,
+    failover_timeout: float = 30.0,
+    transport: TransportConfig | None = None,
+) -> WALAccessor:
+    """The WAL accessor of the cluster whose coord is at `coord` (HOST:PORT).
+
+    `timeout` bounds the wait for the first assignment; `failover_timeout` how long an
+    append or read waits for a pchannel's next owner."""
+    if namespace is not None:
+        raise InvalidArgument("connect(namespace=...) is not available yet: give coord=")
+    if not coord:
+        raise InvalidArgument("connect needs coord='HOST:PORT'")
+    wal = await connect_wal(
+        coord, timeout=timeout, failover_timeout=failover_timeout, transport=transport
+    )
+    return WALAccessor(wal)
+
+
+__all__ = [
+    "AppendOption",
+    "AppendResponses",
+    "AppendResult",
+    "DeliverFilter",
+    "DeliverPolicy",
+    "Message",
+    "MsgPack",
+    "MsgPosition",
+    "MsgType",
+    "TsMsg",
+    "WALAccessor",
+    "WALLocatedRemote",
+    "connect",
+    "hash_key",
+]

@@ -1,0 +1,99 @@
+"""Blocking twin of the WAL accessor: the asyncio one driven from a private loop thread.
+
+Every call is forwarded to the loop that owns the gRPC channels (the portal of
+`client/sync.py`), so routing, rerouting and resends behave exactly as in the asyncio
+accessor. Handlers given to `read` run on that loop's thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+from streamwal.client.accessor import WALAccessor
+from streamwal.client.aio import connect as connect_aio
+from streamwal.client.append import AppendOption, AppendResponses, AppendResult, Message
+from streamwal.client.scanner import Handler, Scanner
+from streamwal.client.sync import _Portal
+from streamwal.proto import streaming_pb2 as pb
+
+
+class SyncScanner:
+    """`done()` is a threading.Event here."""
+
+    def __init__(self, portal: _Portal, scanner: Scanner) -> None:
+        self._portal = portal
+        self._scanner = scanner
+        self._done = threading.Event()
+        scanner.add_done_callback(self._done.set)
+
+    def done(self) -> threading.Event:
+        return self._done
+
+    def error(self) -> BaseException | None:
+        return self._scanner.error()
+
+    def close(self) -> None:
+        self._portal.call(self._scanner.close())
+
+
+class SyncWALAccessor:
+    """WALAccessor's methods, blocking."""
+
+    def __init__(self, portal: _Portal, accessor: WALAccessor) -> None:
+        self._portal = portal
+        self.aio = accessor  # the asyncio accessor, for code running on the portal's loop
+
+    def wal_name(self) -> str:
+        return self.aio.wal_name()
+
+    def latest_mvcc_timestamp_if_local(self, vchannel: str) -> int:
+        return self.aio.latest_mvcc_timestamp_if_local(vchannel)
+
+    def raw_append(self, msg: Message, *, barrier_time_tick: int = 0) -> AppendResult:
+        return self._portal.call(self.aio.raw_append(msg, barrier_time_tick=barrier_time_tick))
+
+    def append_messages(self, *msgs: Message) -> AppendResponses:
+        return self._portal.call(self.aio.append_messages(*msgs))
+
+    def append_messages_with_option(self, opts: AppendOption, *msgs: Message) -> AppendResponses:
+        return self._portal.call(self.aio.append_messages_with_option(opts, *msgs))
+
+    def read(
+        self,
+        vchannel: str,
+        deliver_policy: pb.DeliverPolicy | None = None,
+        deliver_filters: Sequence[pb.DeliverFilter] = (),
+        handler: Handler | None = None,
+        *,
+        time_ticks: bool = False,
+    ) -> SyncScanner:
+        async def start() -> Scanner:
+            return self.aio.read(
+                vchannel, deliver_policy, deliver_filters, handler, time_ticks=time_ticks
+            )
+
+        return SyncScanner(self._portal, self._portal.call(start()))
+
+    def close(self) -> None:
+        try:
+            self._portal.call(self.aio.close())
+        finally:
+            self._portal.stop()
+
+    def __enter__(self) -> SyncWALAccessor:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def connect(coord: str | None = None, **options) -> SyncWALAccessor:
+    """Blocking `streamwal.client.aio.connect`."""
+    portal = _Portal()
+    try:
+        accessor = portal.call(connect_aio(coord, **options))
+    except BaseException:
+        portal.stop()
+        raise
+    return SyncWALAccessor(portal, accessor)

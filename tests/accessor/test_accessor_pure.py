@@ -1,0 +1,55 @@
+"""Pure pieces of the accessor: grouping and per-message responses, the clock barrier."""
+
+from __future__ import annotations
+
+import pytest
+
+from streamwal.client.append import (
+    AppendResult,
+    Message,
+    gather_responses,
+    group_by_vchannel,
+)
+from streamwal.errors import InvalidArgument
+from streamwal.node.clock import BarrierTooFar, HybridClock, compose
+
+
+def test_groups_keep_input_order_per_vchannel() -> None:
+    msgs = [Message("a"), Message("b"), Message("a"), Message("c"), Message("b")]
+    assert group_by_vchannel(msgs) == {"a": [0, 2], "b": [1, 4], "c": [3]}
+
+
+def test_responses_come_back_in_input_order_with_group_errors_per_message() -> None:
+    err = InvalidArgument("group b failed")
+    outcomes = [
+        ([0, 2], [AppendResult("a", 10, 100), AppendResult("a", 11, 101)]),
+        ([1, 3], err),
+    ]
+    responses = gather_responses(4, outcomes)
+    assert [r.result.message_id if r.result else None for r in responses.responses] == [
+        10, None, 11, None,
+    ]  # fmt: skip
+    assert responses[1].error is err and responses[3].error is err
+    assert responses.first_error() is err
+    with pytest.raises(ValueError, match="belong to no group"):
+        gather_responses(5, outcomes)
+
+
+def test_reserved_property_keys_are_refused_before_sending() -> None:
+    with pytest.raises(ValueError, match="reserved"):
+        Message("a", b"x", properties={"_tt": "1"}).entry()
+
+
+def test_barrier_pushes_the_clock_past_it_but_not_far_into_the_future() -> None:
+    now = 1_000_000
+    clock = HybridClock(lambda: now)
+    assert clock.allocate() == compose(now)
+    barrier = compose(now + 500, 3)
+    clock.push_past(barrier)
+    assert clock.allocate(2) == barrier + 1
+    assert clock.allocate() == barrier + 3
+    with pytest.raises(BarrierTooFar):
+        clock.push_past(compose(now + 61_000))
+    assert clock.allocate() == barrier + 4  # the refused barrier changed nothing
+    clock.push_past(compose(now - 10))  # a barrier in the past is already honoured
+    assert clock.allocate() == barrier + 5
