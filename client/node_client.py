@@ -338,13 +338,22 @@ class Producer:
         base, tick = await self.send_batch(entries, barrier_time_tick)
         return [AppendResult(base + i, tick + i) for i in range(len(entries))]
 
-    async def send_batch(self, entries: list[bytes], barrier_time_tick: int = 0) -> tuple[int, int]:
+    async def send_batch(
+        self, entries: list[bytes], barrier_time_tick: int = 0, sequence: int = 0
+    ) -> tuple[int, int]:
         """Append entries made by encoding.encode_entry atomically: (first offset, first tick).
-        Every tick of the batch is above `barrier_time_tick` (0: no barrier)."""
+        Every tick of the batch is above `barrier_time_tick` (0: no barrier).
+
+        `sequence` pins the batch's number (0: the next one): a writer that must append a
+        batch once across restarts (the coord's broadcaster) names it the same every time.
+        """
         self._raise_if_failed()
         batch = _Batch(barrier_time_tick)
         batch.entries = entries
         batch.count = len(entries)
+        if sequence:
+            batch.sequence = sequence
+            self._next_sequence = max(self._next_sequence, sequence + 1)
         self._queue.put_nowait(batch)
         return await asyncio.shield(batch.future)
 

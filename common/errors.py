@@ -78,6 +78,24 @@ class InvalidArgument(StreamingError):
     code = Code.STREAMING_CODE_INVAILD_ARGUMENT
 
 
+class ResourceKeyConflict(StreamingError):
+    """A broadcast's resource key is held by another broadcast (named in the cause)."""
+
+    code = Code.STREAMING_CODE_RESOURCE_ACQUIRED
+
+
+class BroadcastNotFound(StreamingError):
+    """No such broadcast at the coord: never made, or its tombstone has expired."""
+
+    code = Code.STREAMING_CODE_BROADCAST_NOT_FOUND
+
+
+class Unsupported(StreamingError):
+    """The deployment does not offer this operation (the cause says why)."""
+
+    code = Code.STREAMING_CODE_UNSUPPORTED
+
+
 _BY_CODE: dict[int, type[StreamingError]] = {
     cls.code: cls
     for cls in (
@@ -91,6 +109,9 @@ _BY_CODE: dict[int, type[StreamingError]] = {
         Inner,
         EOF,
         InvalidArgument,
+        ResourceKeyConflict,
+        BroadcastNotFound,
+        Unsupported,
     )
 }
 

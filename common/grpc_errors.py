@@ -26,6 +26,9 @@ _STATUS = {
     Code.STREAMING_CODE_INNER: grpc.StatusCode.INTERNAL,
     Code.STREAMING_CODE_EOF: grpc.StatusCode.OUT_OF_RANGE,
     Code.STREAMING_CODE_INVAILD_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
+    Code.STREAMING_CODE_RESOURCE_ACQUIRED: grpc.StatusCode.ABORTED,
+    Code.STREAMING_CODE_BROADCAST_NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    Code.STREAMING_CODE_UNSUPPORTED: grpc.StatusCode.UNIMPLEMENTED,
 }
 
 
@@ -53,3 +56,8 @@ def from_rpc_error(exc: grpc.RpcError) -> StreamingError:
     code = exc.code() if hasattr(exc, "code") else None
     details = exc.details() if hasattr(exc, "details") else str(exc)
     return Unavailable(f"{code.name if code else 'RPC'}: {details}")
+
+
+async def abort(context, err: StreamingError) -> None:
+    """End a server call (grpc.aio ServicerContext) with `err`'s status and trailing error."""
+    await context.abort(status_for(err), str(err), trailing_metadata=trailing(err))

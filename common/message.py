@@ -6,12 +6,14 @@ Property values are decimal strings; keys starting with "_" are reserved for the
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import IntEnum
 
 PROP_TYPE = "_t"  # MsgType code; absent means Insert
 PROP_TIME_TICK = "_tt"  # set by the node on delivery
 PROP_VCHANNEL = "_vc"  # set by the producer
 PROP_TERM = "_wt"  # set by the node on delivery
+PROP_BROADCAST_ID = "_bid"  # set by the coord on every copy of a broadcast (decimal id)
 RESERVED_PREFIX = "_"
 
 
@@ -78,3 +80,20 @@ def pchannel_of(vchannel: str) -> str:
     """The pchannel a vchannel lives on: Milvus names vchannels `<pchannel>_<suffix>`."""
     head, sep, _ = vchannel.rpartition("_")
     return head if sep and head else vchannel
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceKey:
+    """Something a broadcast works on (seed 002's message.ResourceKey); exclusive unless
+    `shared`. Held from the broadcast's append until it is acked on every vchannel."""
+
+    domain: str
+    key: str
+    shared: bool = False
+
+    @property
+    def name(self) -> tuple[str, str]:
+        return (self.domain, self.key)
+
+    def __str__(self) -> str:
+        return f"{self.domain}:{self.key} ({'shared' if self.shared else 'exclusive'})"

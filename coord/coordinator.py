@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from streamwal.coord import balancer, catch_up
 from streamwal.coord import state_machine as sm
+from streamwal.coord.broadcaster import Broadcaster
 from streamwal.coord.discovery import AssignmentHub
 from streamwal.coord.liveness import Liveness, LivenessTracker
 from streamwal.coord.meta_store import MetaStore, Stored, VersionConflict, check_name
@@ -104,6 +105,7 @@ class Coordinator:
         # `active` False skips reconcile rounds (a standby replica), `listener` hears outcomes.
         self.active = True
         self.listener: Listener | None = None
+        self.broadcaster = Broadcaster(self)
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -130,6 +132,7 @@ class Coordinator:
                 "nodes": self.config.nodes,
             },
         )
+        await self.broadcaster.start()
         self._tasks = [
             asyncio.create_task(self._probe_loop(), name="coord-probe"),
             asyncio.create_task(self._reconcile_loop(), name="coord-reconcile"),
@@ -142,6 +145,7 @@ class Coordinator:
             with suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
+        await self.broadcaster.stop()
         self.hub.close_all()
         await self.links.close()
 

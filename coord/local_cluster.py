@@ -104,6 +104,12 @@ class LocalCluster:
             )
         await self._wait_coord(30.0)
 
+    def kill_coord(self) -> None:
+        """SIGKILL the coord (start it again with `start_coord`)."""
+        if self.coord_proc is not None and self.coord_proc.poll() is None:
+            self.coord_proc.send_signal(signal.SIGKILL)
+            self.coord_proc.wait(10)
+
     async def _wait_coord(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         stub = health_pb2_grpc.HealthStub(self.channel())
@@ -179,10 +185,8 @@ class LocalCluster:
         """SIGKILL every process this cluster started (safe to call twice)."""
         for node in self.nodes.values():
             node.kill()
-        if self.coord_proc is not None and self.coord_proc.poll() is None:
-            self.coord_proc.send_signal(signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.coord_proc.wait(10)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.kill_coord()
 
     async def __aenter__(self) -> LocalCluster:
         try:

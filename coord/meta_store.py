@@ -8,6 +8,7 @@ pchannel in a directory:
     DIR/LOCK                 flock'ed by the one coord using the directory
     DIR/cluster.rec          ClusterRecord (incarnation, drained nodes)
     DIR/channels/NAME.rec    ChannelRecord (the seed's PChannelMeta, owner, tombstone)
+    DIR/broadcasts/ID.rec    BroadcastTask (a broadcast's message, targets and progress)
 
 A record file is ``b"SWM1" | version (u64 BE) | crc32 (u32 BE) | protobuf``, written to a
 temporary file, fsync'ed, renamed over the old one and the directory fsync'ed: after a
@@ -26,7 +27,8 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from streamwal.errors import InvalidArgument, StreamingError
+from streamwal.errors import InvalidArgument, StreamingError, Unsupported
+from streamwal.proto import broadcast_pb2 as bpb
 from streamwal.proto import coord_pb2 as cpb
 
 _MAGIC = b"SWM1"
@@ -67,6 +69,14 @@ class Stored:
         return self.record.meta.channel.name
 
 
+@dataclass(frozen=True)
+class StoredBroadcast:
+    """A broadcast task with the version it was read at (pass it back to `put_broadcast`)."""
+
+    task: bpb.BroadcastTask
+    version: str
+
+
 class MetaStore(abc.ABC):
     """Persistent pchannel records with optimistic concurrency."""
 
@@ -89,6 +99,20 @@ class MetaStore(abc.ABC):
 
     @abc.abstractmethod
     async def put_cluster(self, record: cpb.ClusterRecord, expected: str | None) -> str: ...
+
+    # Broadcast tasks (coord/broadcaster.py). Optional: a store without them makes the
+    # coord refuse broadcasts with Unsupported instead of losing tasks.
+    async def list_broadcasts(self) -> list[StoredBroadcast]:
+        """Every broadcast task, sorted by id."""
+        raise Unsupported(f"{type(self).__name__} does not keep broadcast tasks")
+
+    async def put_broadcast(self, task: bpb.BroadcastTask, expected: str | None) -> StoredBroadcast:
+        """Compare-and-put of a task (None: it must not exist yet); durable when it returns."""
+        raise Unsupported(f"{type(self).__name__} does not keep broadcast tasks")
+
+    async def delete_broadcast(self, broadcast_id: int) -> None:
+        """Forget a task (an expired tombstone)."""
+        raise Unsupported(f"{type(self).__name__} does not keep broadcast tasks")
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release whatever the store holds."""
@@ -117,11 +141,26 @@ def _write_atomic(path: Path, data: bytes) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    dfd = os.open(path.parent, os.O_RDONLY)
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    dfd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(dfd)
     finally:
         os.close(dfd)
+
+
+def _unlink_durably(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    _fsync_dir(path.parent)
+
+
+def _copy_task(task: bpb.BroadcastTask) -> bpb.BroadcastTask:
+    out = bpb.BroadcastTask()
+    out.CopyFrom(task)
+    return out
 
 
 class LocalMetaStore(MetaStore):
@@ -131,6 +170,8 @@ class LocalMetaStore(MetaStore):
         self.dir = Path(directory)
         self._channels_dir = self.dir / "channels"
         self._channels_dir.mkdir(parents=True, exist_ok=True)
+        self._broadcasts_dir = self.dir / "broadcasts"
+        self._broadcasts_dir.mkdir(exist_ok=True)
         self._lock_fd = os.open(self.dir / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -140,6 +181,7 @@ class LocalMetaStore(MetaStore):
         self._mutex = asyncio.Lock()
         self._channels: dict[str, tuple[cpb.ChannelRecord, int]] = {}
         self._cluster: tuple[cpb.ClusterRecord, int] | None = None
+        self._broadcasts: dict[int, tuple[bpb.BroadcastTask, int]] = {}
         self._load()
 
     def _load(self) -> None:
@@ -149,6 +191,12 @@ class LocalMetaStore(MetaStore):
             version, payload = _decode(path, path.read_bytes())
             record = cpb.ChannelRecord.FromString(payload)
             self._channels[record.meta.channel.name] = (record, version)
+        for stale in self._broadcasts_dir.glob(".*.tmp"):
+            stale.unlink()
+        for path in self._broadcasts_dir.glob("*.rec"):
+            version, payload = _decode(path, path.read_bytes())
+            task = bpb.BroadcastTask.FromString(payload)
+            self._broadcasts[task.broadcast_id] = (task, version)
         cluster = self.dir / "cluster.rec"
         if cluster.exists():
             version, payload = _decode(cluster, cluster.read_bytes())
@@ -201,6 +249,36 @@ class LocalMetaStore(MetaStore):
             copy.CopyFrom(record)
             self._cluster = (copy, version)
             return str(version)
+
+    async def list_broadcasts(self) -> list[StoredBroadcast]:
+        return [
+            StoredBroadcast(_copy_task(task), str(version))
+            for _, (task, version) in sorted(self._broadcasts.items())
+        ]
+
+    async def put_broadcast(self, task: bpb.BroadcastTask, expected: str | None) -> StoredBroadcast:
+        bid = task.broadcast_id
+        if bid <= 0:
+            raise InvalidArgument(f"broadcast id must be positive, got {bid}")
+        async with self._mutex:
+            found = self._broadcasts.get(bid)
+            current = str(found[1]) if found else None
+            if current != expected:
+                raise VersionConflict(
+                    f"broadcast {bid}: stored version {current}, expected {expected}"
+                )
+            version = (found[1] if found else 0) + 1
+            data = _encode(version, task.SerializeToString())
+            await asyncio.to_thread(_write_atomic, self._broadcasts_dir / f"{bid}.rec", data)
+            self._broadcasts[bid] = (_copy_task(task), version)
+            return StoredBroadcast(_copy_task(task), str(version))
+
+    async def delete_broadcast(self, broadcast_id: int) -> None:
+        async with self._mutex:
+            if self._broadcasts.pop(broadcast_id, None) is not None:
+                await asyncio.to_thread(
+                    _unlink_durably, self._broadcasts_dir / f"{broadcast_id}.rec"
+                )
 
     async def close(self) -> None:
         if self._lock_fd >= 0:

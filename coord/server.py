@@ -17,10 +17,12 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import start_http_server
 
 from streamwal import transport
+from streamwal.coord.broadcast_service import BroadcastService
 from streamwal.coord.coordinator import CoordConfig, Coordinator
 from streamwal.coord.meta_store import LocalMetaStore
 from streamwal.errors import InvalidArgument, StreamingError
-from streamwal.grpc_errors import status_for, trailing
+from streamwal.grpc_errors import abort as _abort
+from streamwal.proto import broadcast_pb2_grpc as bpbg
 from streamwal.proto import coord_pb2 as cpb
 from streamwal.proto import coord_pb2_grpc as cpbg
 from streamwal.proto import milvus_pb2 as mpb
@@ -30,11 +32,6 @@ from streamwal.proto import streaming_pb2_grpc as pbg
 log = logging.getLogger("streamwal.coord.server")
 
 ROLE = "streamingcoord"
-
-
-async def _abort(context: aio.ServicerContext, err: StreamingError) -> None:
-    context.set_trailing_metadata(trailing(err))
-    await context.abort(status_for(err), str(err))
 
 
 class AssignmentService(pbg.StreamingCoordAssignmentServiceServicer):
@@ -156,6 +153,9 @@ async def start_grpc(
     pbg.add_StreamingCoordStateServiceServicer_to_server(StateService(coord), server)
     if channel_service:
         cpbg.add_StreamingCoordChannelServiceServicer_to_server(ChannelService(coord), server)
+    bpbg.add_StreamingCoordBroadcastServiceServicer_to_server(
+        BroadcastService(coord.broadcaster), server
+    )
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     port = transport.bind(server, listen)

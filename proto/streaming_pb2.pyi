@@ -30,6 +30,9 @@ class StreamingCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STREAMING_CODE_INNER: _ClassVar[StreamingCode]
     STREAMING_CODE_EOF: _ClassVar[StreamingCode]
     STREAMING_CODE_INVAILD_ARGUMENT: _ClassVar[StreamingCode]
+    STREAMING_CODE_RESOURCE_ACQUIRED: _ClassVar[StreamingCode]
+    STREAMING_CODE_BROADCAST_NOT_FOUND: _ClassVar[StreamingCode]
+    STREAMING_CODE_UNSUPPORTED: _ClassVar[StreamingCode]
     STREAMING_CODE_UNKNOWN: _ClassVar[StreamingCode]
 
 class ReplicaRole(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
@@ -58,6 +61,9 @@ STREAMING_CODE_IGNORED_OPERATION: StreamingCode
 STREAMING_CODE_INNER: StreamingCode
 STREAMING_CODE_EOF: StreamingCode
 STREAMING_CODE_INVAILD_ARGUMENT: StreamingCode
+STREAMING_CODE_RESOURCE_ACQUIRED: StreamingCode
+STREAMING_CODE_BROADCAST_NOT_FOUND: StreamingCode
+STREAMING_CODE_UNSUPPORTED: StreamingCode
 STREAMING_CODE_UNKNOWN: StreamingCode
 REPLICA_ROLE_LEADER: ReplicaRole
 REPLICA_ROLE_FOLLOWER: ReplicaRole
