@@ -22,6 +22,7 @@ from streamwal.client.append import (
     gather_responses,
     group_by_vchannel,
 )
+from streamwal.client.msgstream import MsgStream, TtMsgStream
 from streamwal.client.node_client import ConsumedMessage
 from streamwal.client.routing import RoutedProducer
 from streamwal.client.scanner import Handler, Scanner
@@ -97,10 +98,10 @@ class WALAccessor:
                 self._producers[pchannel] = producer
         return producer
 
-    async def _append_entries(
+    async def append_batch(
         self, vchannel: str, msgs: Sequence[Message], barrier_time_tick: int
     ) -> list[AppendResult]:
-        """Append messages of one vchannel as one atomic batch."""
+        """Append messages of one vchannel as one atomic batch (all or none)."""
         try:
             entries = [m.entry() for m in msgs]
         except ValueError as exc:
@@ -114,7 +115,7 @@ class WALAccessor:
     async def raw_append(self, msg: Message, *, barrier_time_tick: int = 0) -> AppendResult:
         """Append one message; once it returns the message is durable. Its time tick is
         above `barrier_time_tick` (the owner's clock is pushed past it first)."""
-        (result,) = await self._append_entries(msg.vchannel, [msg], barrier_time_tick)
+        (result,) = await self.append_batch(msg.vchannel, [msg], barrier_time_tick)
         return result
 
     async def append_messages(self, *msgs: Message) -> AppendResponses:
@@ -141,7 +142,7 @@ class WALAccessor:
     async def _append_group(
         self, vchannel: str, msgs: list[Message], opts: AppendOption
     ) -> list[AppendResult]:
-        return await self._append_entries(vchannel, msgs, opts.barrier_time_tick)
+        return await self.append_batch(vchannel, msgs, opts.barrier_time_tick)
 
     # -- reads -------------------------------------------------------------------------
 
@@ -172,6 +173,16 @@ class WALAccessor:
         self._scanners.add(scanner)
         scanner.add_done_callback(lambda: self._scanners.discard(scanner))
         return scanner
+
+    # -- message streams ---------------------------------------------------------------
+
+    def msg_stream(self) -> MsgStream:
+        """A MsgStream on this accessor (seed 001's MsgStreamFactory.NewMsgStream)."""
+        return MsgStream(self)
+
+    def tt_msg_stream(self) -> TtMsgStream:
+        """A TtMsgStream on this accessor: one pack per time tick across its channels."""
+        return TtMsgStream(self)
 
     # -- lifetime ----------------------------------------------------------------------
 

@@ -8,11 +8,13 @@ accessor. Handlers given to `read` run on that loop's thread.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from streamwal.client.accessor import WALAccessor
 from streamwal.client.aio import connect as connect_aio
 from streamwal.client.append import AppendOption, AppendResponses, AppendResult, Message
+from streamwal.client.msgstream import EARLIEST, MsgStream
+from streamwal.client.msgstream_types import MsgPack, MsgPosition, RepackFunc
 from streamwal.client.scanner import Handler, Scanner
 from streamwal.client.sync import _Portal
 from streamwal.proto import streaming_pb2 as pb
@@ -35,6 +37,44 @@ class SyncScanner:
 
     def close(self) -> None:
         self._portal.call(self._scanner.close())
+
+
+class SyncMsgStream:
+    """MsgStream's (and TtMsgStream's) methods, blocking."""
+
+    def __init__(self, portal: _Portal, stream: MsgStream) -> None:
+        self._portal = portal
+        self._stream = stream
+
+    def as_producer(self, channels: Sequence[str]) -> None:
+        self._portal.call(self._stream.as_producer(channels))
+
+    def as_consumer(self, channels: Sequence[str], sub_name: str, position: str = EARLIEST) -> None:
+        self._portal.call(self._stream.as_consumer(channels, sub_name, position))
+
+    def set_repack_func(self, repack: RepackFunc) -> None:
+        self._stream.set_repack_func(repack)
+
+    def produce(self, pack: MsgPack) -> dict[str, list[MsgPosition]]:
+        return self._portal.call(self._stream.produce(pack))
+
+    def broadcast(self, pack: MsgPack) -> dict[str, list[MsgPosition]]:
+        return self._portal.call(self._stream.broadcast(pack))
+
+    def consume(self, timeout: float | None = None) -> MsgPack:
+        return self._portal.call(self._stream.consume(timeout))
+
+    def seek(self, positions: Iterable[MsgPosition]) -> None:
+        self._portal.call(self._stream.seek(list(positions)))
+
+    def close(self) -> None:
+        self._portal.call(self._stream.close())
+
+    def __enter__(self) -> SyncMsgStream:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 class SyncWALAccessor:
@@ -74,6 +114,12 @@ class SyncWALAccessor:
             )
 
         return SyncScanner(self._portal, self._portal.call(start()))
+
+    def msg_stream(self) -> SyncMsgStream:
+        return SyncMsgStream(self._portal, self.aio.msg_stream())
+
+    def tt_msg_stream(self) -> SyncMsgStream:
+        return SyncMsgStream(self._portal, self.aio.tt_msg_stream())
 
     def close(self) -> None:
         try:
