@@ -122,12 +122,24 @@ def _call(address: str, method: str, request):
 @click.option("--prefix", default="", help="Names are PREFIX_N (default pchannel_N).")
 @click.option("--role", default="cli", show_default=True, help="Owner role.")
 @click.option("--description", default="", help="Owner description text.")
-def create(address: str, count: int, prefix: str, role: str, description: str) -> None:
+@click.option(
+    "--replicas",
+    default=1,
+    show_default=True,
+    type=int,
+    help="Copies of each log on distinct nodes (odd: 1, 3, 5, 7, 9); producers are "
+    "acknowledged once a majority stored a message.",
+)
+def create(
+    address: str, count: int, prefix: str, role: str, description: str, replicas: int
+) -> None:
     """Create pchannels; prints their names, one per line."""
     from streamwal.proto import coord_pb2 as cpb
 
     owner = cpb.OwnerDescription(role=role, description_text=description)
-    request = cpb.CreateChannelsRequest(owner=owner, num_channels=count, prefix=prefix)
+    request = cpb.CreateChannelsRequest(
+        owner=owner, num_channels=count, prefix=prefix, replicas=replicas
+    )
     for name in _call(address, "CreateChannels", request).channel_names:
         click.echo(name)
 
@@ -142,12 +154,34 @@ def destroy(address: str, names: tuple[str, ...]) -> None:
     _call(address, "DestroyChannels", cpb.DestroyChannelsRequest(channel_names=list(names)))
 
 
+def replicas_column(d) -> str:
+    """`1`, or `3: 1*@120 2@120(lag 0) 3@97(lag 23)`: members, leader starred, acked offsets."""
+    if not d.members:
+        return str(d.replicas or 1)
+    progress = {p.node_id: p for p in d.progress}
+    leader = d.meta.node.server_id
+    parts = []
+    for m in d.members:
+        if m.server_id == leader:
+            end = f"@{d.next_offset}" if d.next_offset or d.progress else ""
+            parts.append(f"{m.server_id}*{end}")
+        elif m.server_id in progress:
+            p = progress[m.server_id]
+            parts.append(f"{m.server_id}@{p.acked_offset}(lag {p.lag})")
+        else:
+            parts.append(str(m.server_id))
+    return f"{d.replicas}: " + " ".join(parts)
+
+
 @channel.command("describe")
 @_COORD
 @click.argument("names", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per channel.")
 def describe(address: str, names: tuple[str, ...], as_json: bool) -> None:
-    """Show pchannels (all when no name is given): state, term, node, owner."""
+    """Show pchannels (all when no name is given): state, term, node, owner, replicas.
+
+    For a replicated pchannel REPLICAS lists its members, the leader starred with its log
+    end, each follower with the offset it acknowledged and its lag behind the leader."""
     from streamwal.proto import coord_pb2 as cpb
     from streamwal.proto import streaming_pb2 as pb
 
@@ -158,7 +192,7 @@ def describe(address: str, names: tuple[str, ...], as_json: bool) -> None:
         for d in response.descriptions:
             click.echo(json.dumps(MessageToDict(d, preserving_proto_field_name=True)))
         return
-    rows = [("PCHANNEL", "STATE", "TERM", "NODE", "ADDRESS", "OWNER")]
+    rows = [("PCHANNEL", "STATE", "TERM", "NODE", "ADDRESS", "OWNER", "REPLICAS")]
     for d in response.descriptions:
         state = pb.PChannelMetaState.Name(d.meta.state).removeprefix("PCHANNEL_META_STATE_")
         rows.append(
@@ -169,6 +203,7 @@ def describe(address: str, names: tuple[str, ...], as_json: bool) -> None:
                 str(d.meta.node.server_id) if d.meta.HasField("node") else "-",
                 d.meta.node.address or "-",
                 d.owner.role or "-",
+                replicas_column(d),
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

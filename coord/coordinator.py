@@ -34,6 +34,7 @@ from streamwal.coord.liveness import Liveness, LivenessTracker
 from streamwal.coord.meta_store import MetaStore, Stored, VersionConflict, check_name
 from streamwal.coord.metrics import CoordMetrics
 from streamwal.coord.node_link import NodeLinks
+from streamwal.coord.replication import ReplicationDriver, is_replicated, member_ids
 from streamwal.errors import ChannelNotExist, InvalidArgument, StreamingError
 from streamwal.proto import coord_pb2 as cpb
 from streamwal.proto import streaming_pb2 as pb
@@ -45,6 +46,7 @@ log = logging.getLogger("streamwal.coord")
 Listener = Callable[[str, str, dict], None]
 
 MAX_CREATE = 1024
+MAX_REPLICAS = 9
 CRASH_ENV = "STREAMWAL_COORD_CRASH_AT"
 
 
@@ -60,6 +62,7 @@ class CoordConfig:
     rebalance_interval: float = 30.0
     assign_timeout: float = 5.0
     remove_timeout: float = 1.0
+    fence_timeout: float = 2.0  # replicated term changes: how long Fence answers are awaited
     # Test-only crash injection: SIGKILL self right after this step (see Step values).
     crash_at: str | None = field(default_factory=lambda: os.environ.get(CRASH_ENV) or None)
 
@@ -106,6 +109,7 @@ class Coordinator:
         self.active = True
         self.listener: Listener | None = None
         self.broadcaster = Broadcaster(self)
+        self.replication = ReplicationDriver(self)
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -175,6 +179,7 @@ class Coordinator:
         for node in set(self.config.nodes) - set(nodes):
             self.tracker.forget(node)
             self._status.pop(node, None)
+            self.replication.forget(node)
             self._lost_at[node] = now
         for node in nodes:
             self.tracker.track(node, now)
@@ -236,12 +241,15 @@ class Coordinator:
         missing = [n for n in wanted if n not in live]
         if missing:
             raise ChannelNotExist(f"no such pchannel: {', '.join(missing)}")
-        return [
-            cpb.ChannelDescription(
-                channel_name=n, owner=live[n].record.owner, meta=live[n].record.meta
+        out = []
+        for n in wanted:
+            record = live[n].record
+            description = cpb.ChannelDescription(
+                channel_name=n, owner=record.owner, meta=record.meta
             )
-            for n in wanted
-        ]
+            self.replication.describe(record, description)
+            out.append(description)
+        return out
 
     def nodes(self) -> list[cpb.NodeDescription]:
         load = balancer.loads(
@@ -261,11 +269,17 @@ class Coordinator:
     # ----------------------------------------------------------------- user requests
 
     async def create_channels(
-        self, owner: cpb.OwnerDescription, count: int, prefix: str = ""
+        self, owner: cpb.OwnerDescription, count: int, prefix: str = "", replicas: int = 1
     ) -> list[str]:
-        """Persist `count` new UNINITIALIZED pchannels named <prefix>_<n>; names never repeat."""
+        """Persist `count` new UNINITIALIZED pchannels named <prefix>_<n>; names never repeat.
+
+        `replicas` (0 reads as 1): copies of each log, on distinct nodes; odd, so that a
+        majority quorum exists (the PChannel CRD has the same rule)."""
         if not 1 <= count <= MAX_CREATE:
             raise InvalidArgument(f"num_channels must be in 1..{MAX_CREATE}, got {count}")
+        replicas = replicas or 1
+        if not (1 <= replicas <= MAX_REPLICAS and replicas % 2 == 1):
+            raise InvalidArgument(f"replicas must be odd (1, 3, 5, 7 or 9), got {replicas}")
         prefix = check_name(prefix or "pchannel")
         head = prefix + "_"
         used = {
@@ -280,9 +294,13 @@ class Coordinator:
             index += 1
         now_ms = int(time.time() * 1000)
         for name in names:
-            record = cpb.ChannelRecord(meta=sm.new_channel(name), owner=owner, created_at_ms=now_ms)
+            record = cpb.ChannelRecord(
+                meta=sm.new_channel(name), owner=owner, created_at_ms=now_ms, replicas=replicas
+            )
             await self._persist(name, record)
-        log.info("channels created", extra={"channels": names, "role": owner.role})
+        log.info(
+            "channels created", extra={"channels": names, "role": owner.role, "replicas": replicas}
+        )
         self.wake()
         return names
 
@@ -296,10 +314,14 @@ class Coordinator:
                 record.destroyed = True
                 await self._persist(name, record)
             node = sm.owner(record.meta)
-            if node is not None and node.server_id in self.config.nodes:
+            holders = set(member_ids(record)) | ({node.server_id} if node else set())
+            for holder in sorted(holders & set(self.config.nodes)):
                 with suppress(StreamingError):
                     await self.links.remove(
-                        node.address, name, record.meta.channel.term, self.config.remove_timeout
+                        self.config.nodes[holder],
+                        name,
+                        record.meta.channel.term,
+                        self.config.remove_timeout,
                     )
         log.info("channels destroyed", extra={"channels": names})
         self.wake()
@@ -406,17 +428,23 @@ class Coordinator:
             if plan is not None:
                 fields["catch_up_from"] = plan.catch_up_from or None
                 fields["unclean"] = plan.unclean
-            lost_at = self._lost_at.get(previous.server_id) if previous else None
-            if reason == "failover" and lost_at is not None:
-                seconds = self.clock() - lost_at
-                self.metrics.failovers.inc()
-                self.metrics.failover_duration.observe(seconds)
-                fields["since_detection_s"] = round(seconds, 3)
-                log.info("failover done", extra=fields)
-            else:
-                log.info("pchannel assigned", extra=fields)
-            self._notify("failover" if reason == "failover" else "assigned", name, fields)
+            self._report_assigned(name, reason, fields)
             return True
+
+    def _report_assigned(self, name: str, reason: str, fields: dict) -> None:
+        """Log and announce a finished (re)assignment; a failover with its duration since
+        its old node (`fields["old_node"]`) was declared lost."""
+        old_node = fields.get("old_node")
+        lost_at = self._lost_at.get(old_node) if old_node is not None else None
+        if reason == "failover" and lost_at is not None:
+            seconds = self.clock() - lost_at
+            self.metrics.failovers.inc()
+            self.metrics.failover_duration.observe(seconds)
+            fields["since_detection_s"] = round(seconds, 3)
+            log.info("failover done", extra=fields)
+        else:
+            log.info("pchannel assigned", extra=fields)
+        self._notify("failover" if reason == "failover" else "assigned", name, fields)
 
     async def _drive(self, name: str) -> bool:
         """Execute the steps the persisted meta still needs; False if Assign failed."""
@@ -533,6 +561,7 @@ class Coordinator:
             else:
                 ok = True
                 self._status[node] = (started, [c.pchannel for c in status.channels])
+                self.replication.observe(node, started, status.channels)
                 for c in status.channels:
                     seen = self._seen_next.get(c.pchannel.name, 0)
                     self._seen_next[c.pchannel.name] = max(seen, c.next_offset)
@@ -558,7 +587,13 @@ class Coordinator:
     def _status_needs_action(self, node: int) -> bool:
         started, served = self._status[node]
         metas = self._metas()
-        if sm.stale_channels(node, served, metas):
+        if sm.stale_channels(node, served, metas, self.replication.members_by_channel()):
+            return True
+        if any(
+            node in self.replication.missing(s.record)
+            for s in self._replicated().values()
+            if s.record.meta.state == sm.ASSIGNED
+        ):
             return True
         return any(
             self._assigned_at.get(n, 0.0) < started
@@ -586,7 +621,8 @@ class Coordinator:
         now = self.clock()
         alive, live, drained = self.tracker.alive(), self.tracker.live(), self.drained()
         alive &= set(self.config.nodes)
-        metas = self._metas()
+        replicated = self._replicated()
+        metas = {n: m for n, m in self._metas().items() if n not in replicated}
         forced = await self._rechecks(metas, live) | self._missing(metas)
 
         jobs: list[tuple[str, sm.NodeRef | None, str]] = []
@@ -603,7 +639,7 @@ class Coordinator:
 
         placement = {
             n: m.node.server_id
-            for n, m in metas.items()
+            for n, m in self._metas().items()
             if n not in need
             and m.state in (sm.ASSIGNED, sm.ASSIGNING)
             and m.node.server_id in alive
@@ -618,8 +654,10 @@ class Coordinator:
                 continue
             placement[name] = targets[name]
             jobs.append((name, self._node(targets[name]), need[name]))
-        if jobs:
-            await asyncio.gather(*(self._reassign(n, t, r) for n, t, r in jobs))
+        await asyncio.gather(
+            *(self._reassign(n, t, r) for n, t, r in jobs),
+            self.replication.reconcile(replicated, alive, live, drained),
+        )
 
         await self._fence_stale()
 
@@ -669,6 +707,14 @@ class Coordinator:
             out.add(name)
         return out
 
+    def _replicated(self) -> dict[str, Stored]:
+        """Live replicated pchannels: `replication` drives them, not the single-replica path."""
+        return {
+            n: s
+            for n, s in self._records.items()
+            if not s.record.destroyed and is_replicated(s.record)
+        }
+
     def _missing(self, metas: dict[str, pb.PChannelMeta]) -> set[str]:
         """ASSIGNED channels whose live owner, probed after the assignment, does not serve them."""
         out: set[str] = set()
@@ -681,9 +727,10 @@ class Coordinator:
     async def _fence_stale(self) -> None:
         """Remove every (channel, term) a node serves without owning it at that term."""
         metas = self._metas()
+        members = self.replication.members_by_channel()
         calls = []
         for node, (started, served) in list(self._status.items()):
-            stale = sm.stale_channels(node, served, metas)
+            stale = sm.stale_channels(node, served, metas, members)
             for info in stale:
                 calls.append(
                     self._remove_best_effort(sm.RemoveOld(self._node(node), info.name, info.term))
@@ -695,10 +742,13 @@ class Coordinator:
             await asyncio.gather(*calls)
 
     async def _rebalance(self, live: set[int], drained: set[int]) -> None:
+        # Replicated pchannels are not moved here: a drained or lost member is replaced by
+        # a term change of `replication`, which prefers an up-to-date follower as leader.
+        replicated = self._replicated()
         placement = {
             n: m.node.server_id
             for n, m in self._metas().items()
-            if m.state == sm.ASSIGNED and m.node.server_id in live
+            if m.state == sm.ASSIGNED and m.node.server_id in live and n not in replicated
         }
         moves = balancer.rebalance(
             placement, live, drained, self.config.max_moves_per_round, self.config.tolerance

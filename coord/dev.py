@@ -49,6 +49,7 @@ WINDOW = 64  # sends in flight per producer
 class DevConfig:
     nodes: int = 3
     pchannels: int = 4
+    replicas: int = 1  # copies of each pchannel's log (odd); > 1: quorum acknowledgement
     messages: int = 20_000
     kill_at: float = 0.3
     restart_after: float | None = 1.0  # None: the killed node stays down
@@ -226,7 +227,7 @@ async def run_dev(config: DevConfig, root: Path, echo: Callable[[str], None]) ->
             + ", ".join(f"{i}={cluster.node_address(i)}" for i in cluster.node_ids)
             + f" (grace {config.grace}s, data in {root})"
         )
-        names = await cluster.create_channels(config.pchannels)
+        names = await cluster.create_channels(config.pchannels, replicas=config.replicas)
         wal = await connect(cluster.coord_address, failover_timeout=config.timeout / 2)
         for name in names:
             await wal.resolve(name, timeout=15)
@@ -291,6 +292,7 @@ async def run_dev(config: DevConfig, root: Path, echo: Callable[[str], None]) ->
             "ok": ok,
             "nodes": config.nodes,
             "pchannels": config.pchannels,
+            "replicas": config.replicas,
             "killed_node": victim,
             "restarted_after_s": round(restarted_s, 3) if restarted_s is not None else None,
             "grace_s": config.grace,
@@ -384,6 +386,14 @@ def render(summary: dict) -> str:
 @click.option("--pchannels", default=4, show_default=True, type=click.IntRange(1, 64))
 @click.option("--messages", default=20_000, show_default=True, type=click.IntRange(10, 10_000_000))
 @click.option(
+    "--replicas",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 9),
+    help="Copies of each pchannel's log on distinct nodes (odd); with 3, a killed node's "
+    "pchannels fail over to an up-to-date follower: nothing acknowledged is stranded.",
+)
+@click.option(
     "--kill-at",
     default=0.3,
     show_default=True,
@@ -417,6 +427,7 @@ def dev(
     nodes: int,
     pchannels: int,
     messages: int,
+    replicas: int,
     kill_at: float,
     restart_after: float,
     no_restart: bool,
@@ -425,10 +436,15 @@ def dev(
     workdir: str | None,
 ) -> None:
     """Embedded cluster: coord + nodes, a routed workload, a node kill -9, a full check."""
+    if replicas % 2 == 0 or replicas > nodes:
+        raise click.BadParameter(
+            f"must be odd and at most --nodes ({nodes})", param_hint="--replicas"
+        )
     config = DevConfig(
         nodes=nodes,
         pchannels=pchannels,
         messages=messages,
+        replicas=replicas,
         kill_at=kill_at,
         restart_after=None if no_restart else restart_after,
         grace=grace,

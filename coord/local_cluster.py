@@ -154,11 +154,14 @@ class LocalCluster:
             self._channel = transport.make_channel(self.coord_address)
         return self._channel
 
-    async def create_channels(self, count: int, prefix: str = "") -> list[str]:
+    async def create_channels(self, count: int, prefix: str = "", replicas: int = 1) -> list[str]:
         stub = cpbg.StreamingCoordChannelServiceStub(self.channel())
         reply = await stub.CreateChannels(
             cpb.CreateChannelsRequest(
-                owner=cpb.OwnerDescription(role="dev"), num_channels=count, prefix=prefix
+                owner=cpb.OwnerDescription(role="dev"),
+                num_channels=count,
+                prefix=prefix,
+                replicas=replicas,
             ),
             timeout=10,
         )

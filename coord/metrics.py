@@ -50,7 +50,27 @@ class CoordMetrics:
             "Streaming nodes answering probes.",
             registry=self.registry,
         )
+        self.replica_acked = Gauge(
+            "streamwal_replica_acked_offset",
+            "Replicated pchannels: every offset below is stored and synced on that replica "
+            "(as its leader last reported).",
+            ["pchannel", "node"],
+            registry=self.registry,
+        )
+        self.replica_lag = Gauge(
+            "streamwal_replica_lag",
+            "Replicated pchannels: the leader's log end minus the replica's acked offset.",
+            ["pchannel", "node"],
+            registry=self.registry,
+        )
+        self.commit_offset = Gauge(
+            "streamwal_pchannel_commit_offset",
+            "Replicated pchannels: offsets below are stored on a quorum (leader's report).",
+            ["pchannel"],
+            registry=self.registry,
+        )
         self._labels: dict[str, tuple[str, str, str, str]] = {}
+        self._replica_nodes: dict[str, set[str]] = {}
 
     def set_channel(self, meta: pb.PChannelMeta | None, name: str) -> None:
         """Point the info series of `name` at `meta` (None: the channel is gone)."""
@@ -58,9 +78,33 @@ class CoordMetrics:
         if old is not None:
             self.pchannel_info.remove(*old)
         if meta is None:
+            self._drop_replicas(name, set())
             return
         state = pb.PChannelMetaState.Name(meta.state).removeprefix("PCHANNEL_META_STATE_").lower()
         node = str(meta.node.server_id) if meta.HasField("node") else ""
         labels = (name, str(meta.channel.term), node, state)
         self.pchannel_info.labels(*labels).set(1)
         self._labels[name] = labels
+
+    def set_replicas(self, name: str, leader: pb.PChannelStatus) -> None:
+        """The replica series of `name` from its leader's status (followers' progress)."""
+        nodes = set()
+        for p in leader.replicas:
+            node = str(p.node_id)
+            nodes.add(node)
+            self.replica_acked.labels(name, node).set(p.acked_offset)
+            self.replica_lag.labels(name, node).set(p.lag)
+        self._drop_replicas(name, nodes)
+        self.commit_offset.labels(name).set(leader.commit_offset)
+        self._replica_nodes[name] = nodes
+
+    def _drop_replicas(self, name: str, keep: set[str]) -> None:
+        """Remove the replica series of `name` except `keep` (empty: all, commit included)."""
+        known = self._replica_nodes.pop(name, None)
+        if known is None:
+            return
+        for node in known - keep:
+            self.replica_acked.remove(name, node)
+            self.replica_lag.remove(name, node)
+        if not keep:
+            self.commit_offset.remove(name)

@@ -26,21 +26,30 @@ class NodeLinks:
     def __init__(self, config: transport.TransportConfig | None = None) -> None:
         self._config = config
         self._channels: dict[str, aio.Channel] = {}
-        self._stubs: dict[str, pbg.StreamingNodeManagerServiceStub] = {}
+        # per address: the manager service's stub and the replication service's (Fence)
+        self._stubs: dict[
+            str, tuple[pbg.StreamingNodeManagerServiceStub, pbg.StreamingNodeReplicationServiceStub]
+        ] = {}
         self._retired: list[aio.Channel] = []
         self._replaced: dict[str, float] = {}
 
-    def _stub(self, address: str) -> pbg.StreamingNodeManagerServiceStub:
-        stub = self._stubs.get(address)
-        if stub is None:
+    def _stub(self, address: str, replication: bool):
+        stubs = self._stubs.get(address)
+        if stubs is None:
             channel = transport.make_channel(address, self._config)
             self._channels[address] = channel
-            stub = self._stubs[address] = pbg.StreamingNodeManagerServiceStub(channel)
-        return stub
+            stubs = self._stubs[address] = (
+                pbg.StreamingNodeManagerServiceStub(channel),
+                pbg.StreamingNodeReplicationServiceStub(channel),
+            )
+        return stubs[1] if replication else stubs[0]
 
-    async def _call(self, address: str, method: str, request, timeout: float):
+    async def _call(
+        self, address: str, method: str, request, timeout: float, replication: bool = False
+    ):
         try:
-            return await getattr(self._stub(address), method)(request, timeout=timeout)
+            stub = self._stub(address, replication)
+            return await getattr(stub, method)(request, timeout=timeout)
         except grpc.RpcError as err:
             await self._drop_if_failing(address)
             raise from_rpc_error(err) from None
@@ -71,14 +80,23 @@ class NodeLinks:
         timeout: float,
         catch_up_from: str = "",
         min_next_offset: int = 0,
+        replica_set: pb.ReplicaSet | None = None,
     ) -> None:
-        """Assign `name` at `term`; the node first copies what it lacks from `catch_up_from`."""
+        """Assign `name` at `term`; the node first copies what it lacks from `catch_up_from`.
+
+        With `replica_set` the node leads or follows under `term` (replication)."""
         request = pb.StreamingNodeManagerAssignRequest(
             pchannel=pb.PChannelInfo(name=name, term=term),
             catch_up_from=catch_up_from,
             min_next_offset=min_next_offset,
+            replica_set=replica_set,
         )
         await self._call(address, "Assign", request, timeout)
+
+    async def fence(self, address: str, name: str, term: int, timeout: float) -> pb.FenceResponse:
+        """Raise `name`'s accepted term on the node to `term`; returns its log's end."""
+        request = pb.FenceRequest(pchannel=pb.PChannelInfo(name=name, term=term))
+        return await self._call(address, "Fence", request, timeout, replication=True)
 
     async def remove(self, address: str, name: str, term: int, timeout: float) -> None:
         request = pb.StreamingNodeManagerRemoveRequest(

@@ -103,7 +103,12 @@ class ChannelService(cpbg.StreamingCoordChannelServiceServicer):
 
     async def CreateChannels(self, request, context):
         names = await self._call(
-            context, self.coord.create_channels, request.owner, request.num_channels, request.prefix
+            context,
+            self.coord.create_channels,
+            request.owner,
+            request.num_channels,
+            request.prefix,
+            request.replicas,
         )
         return cpb.CreateChannelsResponse(channel_names=names)
 

@@ -17,7 +17,7 @@ an ASSIGNING meta replays steps 2-4. Terms only ever grow: the only way to a new
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -182,12 +182,17 @@ def _push_history(meta: pb.PChannelMeta, term: int, node: NodeRef) -> None:
 
 
 def stale_channels(
-    node_id: int, served: Iterable[pb.PChannelInfo], metas: dict[str, pb.PChannelMeta]
+    node_id: int,
+    served: Iterable[pb.PChannelInfo],
+    metas: dict[str, pb.PChannelMeta],
+    members: Mapping[str, Collection[int]] | None = None,
 ) -> list[pb.PChannelInfo]:
     """Channels a node serves that it must not: unknown, another owner, or an older term.
 
     A node that comes back after a failover still believes in its old terms; the coord never
-    trusts that and removes them (the node's term check fences them as well).
+    trusts that and removes them (the node's term check fences them as well). For a
+    replicated pchannel (`members`: its replica set) every member may serve it (lead or
+    follow) at the current term.
     """
     out = []
     for info in served:
@@ -196,7 +201,8 @@ def stale_channels(
             out.append(info)
             continue
         current = owner(meta)
-        if current is None or current.server_id != node_id or info.term < meta.channel.term:
+        holders = (members or {}).get(info.name) or ({current.server_id} if current else set())
+        if node_id not in holders or info.term < meta.channel.term:
             out.append(info)
     return out
 

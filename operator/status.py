@@ -1,8 +1,10 @@
 """PChannel status <-> the coord's ChannelRecord, and the Ready condition: pure, no I/O.
 
 PChannel status is the operator's persisted meta. The mapping is lossless for what the
-coord's state machine needs (state, term, node, histories); `Releasing` is the
-tombstone the finalizer writes before it tells the nodes to let go.
+coord's state machine needs (state, term, node, histories, and for replicated pchannels
+the replica set, the previous set of a pending change and its `jointUntil`; the wanted
+count comes from `spec.replicas`); `Releasing` is the tombstone the finalizer writes
+before it tells the nodes to let go.
 """
 
 from __future__ import annotations
@@ -59,7 +61,31 @@ def record_from_object(obj: Obj) -> cpb.ChannelRecord:
         )
     record.destroyed = state_name == RELEASING
     record.owner.role = "kubernetes"
+    record.replicas = int((obj.get("spec") or {}).get("replicas") or 1)
+    record.members.extend(_nodes(status.get("replicas")))
+    record.previous_members.extend(_nodes(status.get("previousReplicas")))
+    record.joint_until = int(status.get("jointUntil") or 0)
     return record
+
+
+def _nodes(items: list[Obj] | None) -> list[pb.StreamingNodeInfo]:
+    return [
+        pb.StreamingNodeInfo(server_id=int(r.get("id") or 0), address=r.get("address", ""))
+        for r in items or []
+    ]
+
+
+def _replicas(record: cpb.ChannelRecord) -> list[Obj]:
+    """status.replicas: every member, its role (the leader is the record's node)."""
+    leader = record.meta.node.server_id
+    return [
+        {
+            "id": m.server_id,
+            "address": m.address,
+            "role": "Leader" if m.server_id == leader else "Follower",
+        }
+        for m in record.members
+    ]
 
 
 def ready_condition(record: cpb.ChannelRecord, note: Note | None, live_nodes: int) -> Obj:
@@ -125,6 +151,13 @@ def status_patch(
         "conditions": [condition],
         "observedGeneration": generation,
     }
+    if record.members:
+        status["replicas"] = _replicas(record)
+    if record.previous_members:
+        status["previousReplicas"] = [
+            {"id": m.server_id, "address": m.address} for m in record.previous_members
+        ]
+        status["jointUntil"] = record.joint_until
     return status
 
 
@@ -134,8 +167,9 @@ def status_differs(current: Obj, desired: Obj) -> bool:
     want = dict(desired)
     for s in (cur, want):
         s.pop("conditions", None)
-        if not s.get("histories"):
-            s.pop("histories", None)
+        for key in ("histories", "replicas", "previousReplicas", "jointUntil"):
+            if not s.get(key):
+                s.pop(key, None)
         if s.get("node") is None:
             s.pop("node", None)
     if cur != want:

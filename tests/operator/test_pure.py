@@ -103,3 +103,28 @@ def test_nodes_are_ready_pods_with_ip_grpc_port_and_id() -> None:
         ]
     )
     assert found == {0: "10.0.0.5:19530", 3: "10.0.0.8:19530", 5: "[fd00::5]:1234"}
+
+
+def test_replica_set_round_trips_and_spec_replicas_is_the_wanted_count() -> None:
+    with_spec = {**obj(), "spec": {"replicas": 3}}
+    record = st.record_from_object(with_spec)
+    assert record.replicas == 3 and not record.members
+    record.meta.CopyFrom(
+        sm.finish_assignment(sm.begin_assignment(record.meta, sm.NodeRef(2, "b:1")))
+    )
+    record.members.extend(
+        sm.NodeRef(n, f"{a}:1").to_proto() for n, a in ((1, "a"), (2, "b"), (4, "d"))
+    )
+    record.previous_members.extend(
+        sm.NodeRef(n, f"{a}:1").to_proto() for n, a in ((1, "a"), (2, "b"), (3, "c"))
+    )
+    record.joint_until = 1234
+    status = st.status_patch(record, st.ready_condition(record, None, 3), with_spec)
+    assert [(r["id"], r["role"]) for r in status["replicas"]] == [
+        (1, "Follower"),
+        (2, "Leader"),
+        (4, "Follower"),
+    ]
+    assert [r["id"] for r in status["previousReplicas"]] == [1, 2, 3]
+    back = st.record_from_object({**with_spec, "status": status})
+    assert back == record

@@ -1,0 +1,149 @@
+"""Which nodes hold a replicated pchannel, and what its replica set needs next: pure, no I/O.
+
+A replicated pchannel has a set of `members` (distinct nodes, leader included) under each
+term. Every change of leader or of members is a *term change* (persist the new term, fence,
+choose the leader, assign: see `coordinator` and `leader_choice`); a member that is merely
+back from a restart rejoins as a follower under the current term.
+
+Placement spreads replicas like the balancer spreads owners: least loaded eligible (live,
+not drained) node first, ties on the lowest id, where load counts every replica a node
+holds. A member whose node is lost (past the grace period) or drained is replaced by an
+eligible node outside the set -- only when there is one: a set never shrinks on its own,
+so a node that returns still finds its place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from streamwal.coord.balancer import eligible
+from streamwal.coord.leader_choice import has_quorum, majority
+
+
+def replica_loads(sets: Mapping[str, Collection[int]], nodes: Iterable[int]) -> dict[int, int]:
+    """Replicas per node over all pchannels' sets, 0 for every node in `nodes`."""
+    out = dict.fromkeys(nodes, 0)
+    for members in sets.values():
+        for node in members:
+            out[node] = out.get(node, 0) + 1
+    return out
+
+
+def place(
+    count: int,
+    loads: Mapping[int, int],
+    live: Iterable[int],
+    drained: Iterable[int],
+    exclude: Collection[int] = (),
+) -> list[int]:
+    """Up to `count` distinct eligible nodes outside `exclude`, least loaded first."""
+    candidates = [n for n in eligible(live, drained) if n not in set(exclude)]
+    return sorted(candidates, key=lambda n: (loads.get(n, 0), n))[: max(count, 0)]
+
+
+def desired_members(
+    members: Sequence[int],
+    wanted: int,
+    alive: Collection[int],
+    live: Collection[int],
+    drained: Collection[int],
+    loads: Mapping[int, int],
+) -> list[int]:
+    """The set to have: lost or drained members replaced in place, then filled to `wanted`.
+
+    A member is replaced only by an eligible non-member; without one it stays (a lost node
+    may come back, a drained one still holds data). The order of kept members is kept
+    (a member's ordinal is its index).
+    """
+    out = list(members)
+    gone = [i for i, n in enumerate(out) if n not in set(alive) or n in set(drained)]
+    spare = place(len(gone) + max(wanted - len(out), 0), loads, live, drained, exclude=out)
+    for i in gone:
+        if not spare:
+            break
+        out[i] = spare.pop(0)
+    while len(out) < wanted and spare:
+        out.append(spare.pop(0))
+    return out
+
+
+@dataclass(frozen=True)
+class TermChange:
+    """Run a term change: fence, choose a leader among `members`, assign them all."""
+
+    reason: str  # placement, failover, resume, reconfigure
+    members: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Rejoin:
+    """Assign these members (back) as followers under the current term."""
+
+    nodes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Nothing can be done now; `reason` says why (the caller reports it)."""
+
+    reason: str
+
+
+Step = TermChange | Rejoin | Wait | None
+
+
+@dataclass(frozen=True)
+class ChannelView:
+    """What the coord knows of one replicated pchannel in a reconcile round."""
+
+    assigned: bool  # ASSIGNED (else never placed, half-assigned or unavailable)
+    placed: bool  # has members (else never placed)
+    leader: int | None
+    members: tuple[int, ...]
+    previous: tuple[int, ...]  # the joint set while a change is pending, else empty
+    wanted: int
+    missing: frozenset[int]  # members probed since the assignment that do not serve it
+
+
+def next_step(
+    view: ChannelView,
+    alive: Collection[int],
+    live: Collection[int],
+    drained: Collection[int],
+    loads: Mapping[int, int],
+) -> Step:
+    """The one thing a replicated pchannel needs this round (None: nothing)."""
+    if not view.placed:
+        first = desired_members((), view.wanted, alive, live, drained, loads)
+        if len(first) < majority(view.wanted):
+            return Wait(f"needs {majority(view.wanted)} live nodes, has {len(first)}")
+        return TermChange("placement", tuple(first))
+    voters = [view.members, view.previous]
+    if not has_quorum(set(alive), voters):
+        return Wait("no majority of its replicas is alive")
+    # A second change of members waits until the pending one is complete (joint quorum).
+    target = (
+        list(view.members)
+        if view.previous
+        else desired_members(view.members, view.wanted, alive, live, drained, loads)
+    )
+    if not view.assigned:
+        return TermChange("resume", tuple(target))
+    if view.leader not in set(alive) or view.leader in view.missing:
+        return TermChange("failover", tuple(target))
+    if tuple(target) != view.members:
+        return TermChange("reconfigure", tuple(target))
+    back = tuple(n for n in view.members if n in view.missing and n in set(live))
+    return Rejoin(back) if back else None
+
+
+def joint_complete(
+    members: Collection[int], leader: int, joint_until: int, acked: Mapping[int, int]
+) -> bool:
+    """Whether every member now holds the log up to `joint_until` (the previous set can go).
+
+    `acked`: each follower's acked offset as its leader reports it; the leader itself held
+    the log's end when it was chosen.
+    """
+    return all(n == leader or acked.get(n, -1) >= joint_until for n in members)

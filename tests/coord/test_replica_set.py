@@ -1,0 +1,107 @@
+"""Replica placement, replacement and the per-round step of a replicated pchannel."""
+
+from __future__ import annotations
+
+from streamwal.coord.replica_set import (
+    ChannelView,
+    Rejoin,
+    TermChange,
+    Wait,
+    desired_members,
+    joint_complete,
+    next_step,
+    place,
+    replica_loads,
+)
+
+
+def view(**kw) -> ChannelView:
+    base = dict(
+        assigned=True,
+        placed=True,
+        leader=1,
+        members=(1, 2, 3),
+        previous=(),
+        wanted=3,
+        missing=frozenset(),
+    )
+    base.update(kw)
+    return ChannelView(**base)
+
+
+ALL = {1, 2, 3, 4}
+
+
+def test_place_on_distinct_least_loaded_nodes() -> None:
+    loads = replica_loads({"a": [1, 2, 3], "b": [1, 2, 4]}, [1, 2, 3, 4, 5])
+    assert loads == {1: 2, 2: 2, 3: 1, 4: 1, 5: 0}
+    assert place(3, loads, [1, 2, 3, 4, 5], []) == [5, 3, 4]
+    assert place(3, loads, [1, 2, 3, 4, 5], [5]) == [3, 4, 1]
+    assert place(2, loads, [1, 2], [], exclude=[1]) == [2]
+
+
+def test_balance_holds_over_many_channels() -> None:
+    sets: dict[str, list[int]] = {}
+    for i in range(12):
+        sets[f"c{i}"] = place(3, replica_loads(sets, range(1, 6)), range(1, 6), [])
+        assert len(set(sets[f"c{i}"])) == 3
+    counts = replica_loads(sets, range(1, 6)).values()
+    assert max(counts) - min(counts) <= 1
+
+
+def test_lost_member_replaced_in_place_by_a_live_non_member() -> None:
+    loads = {1: 1, 2: 1, 3: 1, 4: 0, 5: 3}
+    got = desired_members(
+        [1, 2, 3], 3, alive={1, 3, 4, 5}, live={1, 3, 4, 5}, drained=[], loads=loads
+    )
+    assert got == [1, 4, 3]
+    # no spare node: the lost member stays (it may come back)
+    assert desired_members([1, 2, 3], 3, {1, 3}, {1, 3}, [], loads) == [1, 2, 3]
+    # drained member moves off when it can; fills up to the wanted count
+    assert desired_members([1, 2], 3, ALL, ALL, [2], loads) == [1, 4, 3]
+
+
+def test_new_channel_waits_for_a_majority_of_nodes() -> None:
+    step = next_step(view(placed=False, members=(), leader=None), {1}, {1}, [], {})
+    assert isinstance(step, Wait)
+    step = next_step(view(placed=False, members=(), leader=None), {1, 2}, {1, 2}, [], {})
+    assert step == TermChange("placement", (1, 2))
+
+
+def test_lost_leader_fails_over_and_is_replaced_when_a_spare_exists() -> None:
+    alive = {2, 3}
+    assert next_step(view(), alive, alive, [], {}) == TermChange("failover", (1, 2, 3))
+    alive = {2, 3, 4}
+    assert next_step(view(), alive, alive, [], {}) == TermChange("failover", (4, 2, 3))
+
+
+def test_restarted_leader_not_serving_fails_over_but_followers_rejoin() -> None:
+    assert next_step(view(missing=frozenset({1})), ALL, ALL, [], {}) == TermChange(
+        "failover", (1, 2, 3)
+    )
+    assert next_step(view(missing=frozenset({3})), ALL, ALL, [], {}) == Rejoin((3,))
+    # a suspect (alive, not live) follower is not assigned yet
+    assert next_step(view(missing=frozenset({3})), ALL, ALL - {3}, [], {}) is None
+
+
+def test_no_majority_alive_waits() -> None:
+    assert isinstance(next_step(view(), {1}, {1}, [], {}), Wait)
+
+
+def test_lost_follower_reconfigures_but_not_during_a_pending_change() -> None:
+    alive = {1, 2, 4}
+    assert next_step(view(), alive, alive, [], {}) == TermChange("reconfigure", (1, 2, 4))
+    pending = view(members=(1, 2, 4), previous=(1, 2, 3))
+    assert next_step(pending, {1, 2, 4, 5}, {1, 2, 4, 5}, [], {}) is None
+    # the joint quorum needs a majority of the previous set alive too
+    assert isinstance(next_step(pending, {1, 4}, {1, 4}, [], {}), Wait)
+
+
+def test_half_done_assignment_resumes_with_a_term_change() -> None:
+    assert next_step(view(assigned=False), ALL, ALL, [], {}) == TermChange("resume", (1, 2, 3))
+
+
+def test_joint_complete_when_every_member_acked_the_change_point() -> None:
+    assert not joint_complete([1, 2, 4], 1, 100, {2: 100, 4: 99})
+    assert joint_complete([1, 2, 4], 1, 100, {2: 120, 4: 100})
+    assert not joint_complete([1, 2, 4], 1, 100, {2: 120})
