@@ -12,7 +12,8 @@ through one idempotent, rerouting producer per pchannel, each message naming its
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from streamwal.client.append import (
     AppendOption,
@@ -22,14 +23,16 @@ from streamwal.client.append import (
     gather_responses,
     group_by_vchannel,
 )
+from streamwal.client.broadcast import BroadcastAppendResult, BroadcastClient
 from streamwal.client.msgstream import MsgStream, TtMsgStream
 from streamwal.client.node_client import ConsumedMessage
 from streamwal.client.routing import RoutedProducer
 from streamwal.client.scanner import Handler, Scanner
 from streamwal.client.wal import WAL
 from streamwal.errors import InvalidArgument, StreamingError
-from streamwal.message import pchannel_of
+from streamwal.message import ResourceKey, pchannel_of
 from streamwal.proto import streaming_pb2 as pb
+from streamwal.transport import TransportConfig
 
 WAL_NAME = "streamwal"
 
@@ -38,11 +41,45 @@ class WALLocatedRemote(StreamingError):
     """The accessor has no local view of the vchannel's time (Milvus's "wal located remote")."""
 
 
+class Broadcast:
+    """The accessor's broadcast service (seed 002's Broadcast): the coord's BroadcastClient,
+    whose acknowledged ticks also feed the accessor's MVCC view."""
+
+    def __init__(self, client: BroadcastClient, observe: Callable[[str, int], None]) -> None:
+        self.client = client
+        self._observe = observe
+
+    async def append(
+        self,
+        message: Any,
+        vchannels: Sequence[str],
+        resource_keys: Sequence[ResourceKey] = (),
+        **options,
+    ) -> BroadcastAppendResult:
+        """`message` (bytes, a Message, a TsMsg) to every vchannel, atomically and exactly
+        once each; the resource keys are held until the broadcast is acked everywhere."""
+        result = await self.client.append(message, vchannels, resource_keys, **options)
+        for vchannel, r in result.results.items():
+            self._observe(vchannel, r.time_tick)
+        return result
+
+    async def ack(self, broadcast_id: int, vchannel: str, **options) -> None:
+        await self.client.ack(broadcast_id, vchannel, **options)
+
+    async def block_until_resource_key_ack_once(self, key: ResourceKey, **options) -> None:
+        await self.client.block_until_resource_key_ack_once(key, **options)
+
+    async def block_until_resource_key_ack_all(self, key: ResourceKey, **options) -> None:
+        await self.client.block_until_resource_key_ack_all(key, **options)
+
+
 class WALAccessor:
     """Appends, transactions, broadcasts and reads by vchannel; see the module docstring."""
 
-    def __init__(self, wal: WAL) -> None:
+    def __init__(self, wal: WAL, transport: TransportConfig | None = None) -> None:
         self.wal = wal
+        self._transport = transport
+        self._broadcast: Broadcast | None = None
         self._producers: dict[str, RoutedProducer] = {}
         self._opening: dict[str, asyncio.Lock] = {}
         self._mvcc: dict[str, int] = {}  # pchannel -> highest tick acknowledged or delivered
@@ -144,6 +181,15 @@ class WALAccessor:
     ) -> list[AppendResult]:
         return await self.append_batch(vchannel, msgs, opts.barrier_time_tick)
 
+    # -- broadcast ---------------------------------------------------------------------
+
+    def broadcast(self) -> Broadcast:
+        """Atomic appends to many vchannels through the coord, with resource keys."""
+        if self._broadcast is None:
+            client = BroadcastClient(self.coord, transport=self._transport)
+            self._broadcast = Broadcast(client, self.observe)
+        return self._broadcast
+
     # -- reads -------------------------------------------------------------------------
 
     def read(
@@ -192,6 +238,8 @@ class WALAccessor:
         for producer in self._producers.values():
             await producer.close()
         self._producers.clear()
+        if self._broadcast is not None:
+            await self._broadcast.client.close()
         await self.wal.close()
 
     async def __aenter__(self) -> WALAccessor:

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from streamwal.client.accessor import WALAccessor, WALLocatedRemote
 from streamwal.client.append import AppendOption, AppendResponses, AppendResult, Message
+from streamwal.client.broadcast import BroadcastAppendResult
 from streamwal.client.msgstream_types import MsgPack, MsgPosition, TsMsg, hash_key
 from streamwal.client.policy import DeliverFilter, DeliverPolicy
 from streamwal.client.wal import connect as connect_wal
 from streamwal.errors import InvalidArgument
-from streamwal.message import MsgType
+from streamwal.message import MsgType, ResourceKey
 from streamwal.transport import TransportConfig
 
 
@@ -38,19 +39,21 @@ async def connect(
     wal = await connect_wal(
         coord, timeout=timeout, failover_timeout=failover_timeout, transport=transport
     )
-    return WALAccessor(wal)
+    return WALAccessor(wal, transport)
 
 
 __all__ = [
     "AppendOption",
     "AppendResponses",
     "AppendResult",
+    "BroadcastAppendResult",
     "DeliverFilter",
     "DeliverPolicy",
     "Message",
     "MsgPack",
     "MsgPosition",
     "MsgType",
+    "ResourceKey",
     "TsMsg",
     "WALAccessor",
     "WALLocatedRemote",

@@ -10,13 +10,15 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Sequence
 
-from streamwal.client.accessor import WALAccessor
+from streamwal.client.accessor import Broadcast, WALAccessor
 from streamwal.client.aio import connect as connect_aio
 from streamwal.client.append import AppendOption, AppendResponses, AppendResult, Message
+from streamwal.client.broadcast import BroadcastAppendResult
 from streamwal.client.msgstream import EARLIEST, MsgStream
 from streamwal.client.msgstream_types import MsgPack, MsgPosition, RepackFunc
 from streamwal.client.scanner import Handler, Scanner
 from streamwal.client.sync import _Portal
+from streamwal.message import ResourceKey
 from streamwal.proto import streaming_pb2 as pb
 
 
@@ -37,6 +39,28 @@ class SyncScanner:
 
     def close(self) -> None:
         self._portal.call(self._scanner.close())
+
+
+class SyncBroadcast:
+    """The accessor's Broadcast, blocking."""
+
+    def __init__(self, portal: _Portal, broadcast: Broadcast) -> None:
+        self._portal = portal
+        self._broadcast = broadcast
+
+    def append(
+        self, message, vchannels: Sequence[str], resource_keys: Sequence[ResourceKey] = (), **opts
+    ) -> BroadcastAppendResult:
+        return self._portal.call(self._broadcast.append(message, vchannels, resource_keys, **opts))
+
+    def ack(self, broadcast_id: int, vchannel: str, **options) -> None:
+        self._portal.call(self._broadcast.ack(broadcast_id, vchannel, **options))
+
+    def block_until_resource_key_ack_once(self, key: ResourceKey, **options) -> None:
+        self._portal.call(self._broadcast.block_until_resource_key_ack_once(key, **options))
+
+    def block_until_resource_key_ack_all(self, key: ResourceKey, **options) -> None:
+        self._portal.call(self._broadcast.block_until_resource_key_ack_all(key, **options))
 
 
 class SyncMsgStream:
@@ -114,6 +138,12 @@ class SyncWALAccessor:
             )
 
         return SyncScanner(self._portal, self._portal.call(start()))
+
+    def broadcast(self) -> SyncBroadcast:
+        async def make() -> Broadcast:  # its gRPC channel belongs to the portal's loop
+            return self.aio.broadcast()
+
+        return SyncBroadcast(self._portal, self._portal.call(make()))
 
     def msg_stream(self) -> SyncMsgStream:
         return SyncMsgStream(self._portal, self.aio.msg_stream())

@@ -7,8 +7,15 @@ import asyncio
 
 import pytest
 
-from streamwal.client.aio import AppendOption, DeliverPolicy, Message, WALLocatedRemote, connect
-from streamwal.errors import InvalidArgument
+from streamwal.client.aio import (
+    AppendOption,
+    DeliverPolicy,
+    Message,
+    ResourceKey,
+    WALLocatedRemote,
+    connect,
+)
+from streamwal.errors import InvalidArgument, ResourceKeyConflict
 from streamwal.node.clock import compose, physical_ms
 from tests.support import wait_for
 
@@ -94,3 +101,26 @@ async def test_append_messages_answers_per_message_and_groups_atomically(cluster
             AppendOption(barrier_time_tick=barrier), Message(a, b"y"), Message(b, b"z")
         )
         assert all(r.time_tick > barrier for r in with_option.unwrap())
+
+
+async def test_broadcast_through_the_accessor_holds_its_key_until_acked(cluster) -> None:
+    targets = [f"{cluster.pchannels[0]}_bc", f"{cluster.pchannels[1]}_bc"]
+    key = ResourceKey("collection", "accessor-test")
+    async with await connect(coord=cluster.coord_address) as wal:
+        bc = wal.broadcast()
+        result = await bc.append(Message("", b"drop"), targets, [key])
+        assert set(result.results) == set(targets)
+        for v in targets:  # the acknowledged ticks are the accessor's local view
+            assert wal.latest_mvcc_timestamp_if_local(v) >= result.results[v].time_tick
+        with pytest.raises(ResourceKeyConflict):
+            await bc.append(b"second", targets, [key])
+        seen = []
+        scanner = wal.read(targets[1], DeliverPolicy.all(), handler=seen.append)
+        await wait_for(lambda: seen, 10, what="the broadcast on its vchannel")
+        assert seen[0].payload == b"drop" and seen[0].offset == result.results[targets[1]].offset
+        await scanner.close()
+        for v in targets:
+            await bc.ack(result.broadcast_id, v)
+        await asyncio.wait_for(bc.block_until_resource_key_ack_all(key), 10)
+        again = await bc.append(b"second", targets, [key])
+        assert again.broadcast_id != result.broadcast_id
