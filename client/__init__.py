@@ -8,6 +8,7 @@ See docs/decisions-accessor.md.
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -19,3 +20,11 @@ def connect(coord: str | None = None, **options) -> SyncWALAccessor:
     from streamwal.client.sync_accessor import connect as connect_sync
 
     return connect_sync(coord, **options)
+
+
+def __getattr__(name: str):
+    """`Message`, `MsgPack`, `DeliverPolicy`, ... as in `streamwal.client.aio`, on first use."""
+    aio = importlib.import_module("streamwal.client.aio")  # `from . import` would recurse
+    if name in aio.__all__ and name != "connect":
+        return getattr(aio, name)
+    raise AttributeError(f"module 'streamwal.client' has no attribute {name!r}")
