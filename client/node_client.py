@@ -600,5 +600,16 @@ def decode_batch(b: pb.ConsumeBatchResponse) -> list[ConsumedMessage]:
             for o, t, m in zip(b.offsets, b.time_ticks, messages, strict=True)
         ]
     first = decode_offset(b.first_id.id)
-    delta = b.first_time_tick - first  # tick - offset is constant inside a dense batch
-    return [ConsumedMessage(o, term, o + delta, m) for o, m in enumerate(messages, first)]
+    if not b.tick_run_counts:
+        delta = b.first_time_tick - first  # tick - offset is constant inside a run
+        return [ConsumedMessage(o, term, o + delta, m) for o, m in enumerate(messages, first)]
+    out: list[ConsumedMessage] = []
+    at = 0
+    for n, tick in zip(b.tick_run_counts, b.tick_run_first_ticks, strict=True):
+        delta = tick - (first + at)
+        out += [
+            ConsumedMessage(o, term, o + delta, m)
+            for o, m in enumerate(messages[at : at + n], first + at)
+        ]
+        at += n
+    return out

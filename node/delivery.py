@@ -9,6 +9,7 @@ vchannel consumer still sees time progress on its pchannel.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 
 from streamwal.errors import InvalidArgument
 from streamwal.ids import decode_offset, encode_offset
@@ -65,13 +66,20 @@ def start_offset(policy: pb.DeliverPolicy, first_offset: int, next_offset: int) 
 
 @dataclass(frozen=True, slots=True)
 class Slice:
-    """Messages of one record that a consumer gets."""
+    """Messages a consumer gets, from one record or several joined ones."""
 
     first_offset: int
     first_tick: int
     body: bytes  # serialized MessageBatch
-    offsets: list[int] | None = None  # None: dense from first_offset / first_tick
-    ticks: list[int] | None = None
+    count: int
+    offsets: list[int] | None = None  # None: dense from first_offset
+    ticks: list[int] | None = None  # with offsets: each message's tick
+    # Dense slices only: (messages, first tick) per run of ticks growing by one;
+    # None means one run of `count` from first_tick.
+    tick_runs: list[tuple[int, int]] | None = None
+
+    def runs(self) -> list[tuple[int, int]]:
+        return self.tick_runs or [(self.count, self.first_tick)]
 
 
 def select(
@@ -84,11 +92,11 @@ def select(
         return None
     if filters.vchannel is None:
         if skip == 0 and stop == rec.count:
-            return Slice(base, rec.first_tick, rec.body)
+            return Slice(base, rec.first_tick, rec.body, rec.count)
         batch = pb.MessageBatch.FromString(rec.body)
         del batch.messages[stop:]
         del batch.messages[:skip]
-        return Slice(base + skip, rec.first_tick + skip, batch.SerializeToString())
+        return Slice(base + skip, rec.first_tick + skip, batch.SerializeToString(), stop - skip)
     batch = pb.MessageBatch.FromString(rec.body)
     keep = pb.MessageBatch()
     offsets: list[int] = []
@@ -102,7 +110,7 @@ def select(
             ticks.append(rec.first_tick + i)
     if not offsets:
         return None
-    return Slice(offsets[0], ticks[0], keep.SerializeToString(), offsets, ticks)
+    return Slice(offsets[0], ticks[0], keep.SerializeToString(), len(offsets), offsets, ticks)
 
 
 JOIN_BYTES = 256 * 1024  # records smaller than this share frames
@@ -116,9 +124,19 @@ def joinable(pieces: list[Slice], piece: Slice) -> bool:
 def join(pieces: list[Slice]) -> Slice:
     """Consecutive slices as one: their MessageBatch bodies concatenate (repeated fields
     merge on the wire). A log written one message at a time then costs one frame per
-    256 KiB, not one per message."""
+    256 KiB, not one per message. Unfiltered slices stay dense (offsets implied, ticks as
+    one run per record), so neither side handles a number per message."""
     if len(pieces) == 1:
         return pieces[0]
+    first = pieces[0]
+    body = b"".join(p.body for p in pieces)
+    count = sum(p.count for p in pieces)
+    dense = all(p.offsets is None for p in pieces) and all(
+        b.first_offset == a.first_offset + a.count for a, b in pairwise(pieces)
+    )
+    if dense:
+        runs = [run for p in pieces for run in p.runs()]
+        return Slice(first.first_offset, first.first_tick, body, count, tick_runs=runs)
     offsets: list[int] = []
     ticks: list[int] = []
     for p in pieces:
@@ -126,15 +144,10 @@ def join(pieces: list[Slice]) -> Slice:
             offsets += p.offsets
             ticks += p.ticks or []
         else:
-            n = _count(p.body)
-            offsets += range(p.first_offset, p.first_offset + n)
-            ticks += range(p.first_tick, p.first_tick + n)
-    body = b"".join(p.body for p in pieces)
-    return Slice(offsets[0], ticks[0], body, offsets, ticks)
-
-
-def _count(body: bytes) -> int:
-    return len(pb.MessageBatch.FromString(body).messages)
+            offsets += range(p.first_offset, p.first_offset + p.count)
+            for n, tick in p.runs():
+                ticks += range(tick, tick + n)
+    return Slice(offsets[0], ticks[0], body, count, offsets, ticks)
 
 
 def batch_frame(s: Slice, term: int) -> pb.ConsumeResponse:
@@ -146,6 +159,8 @@ def batch_frame(s: Slice, term: int) -> pb.ConsumeResponse:
             messages=s.body,
             offsets=s.offsets or (),
             time_ticks=s.ticks or (),
+            tick_run_counts=[n for n, _ in s.tick_runs or ()],
+            tick_run_first_ticks=[t for _, t in s.tick_runs or ()],
         )
     )
 
@@ -155,9 +170,10 @@ def message_frames(s: Slice, term: int) -> list[pb.ConsumeResponse]:
     batch = pb.MessageBatch.FromString(s.body)
     frames = []
     wt = str(term)
+    ticks = s.ticks or [t + i for n, t in s.runs() for i in range(n)]
     for i, msg in enumerate(batch.messages):
         offset = s.offsets[i] if s.offsets else s.first_offset + i
-        tick = s.ticks[i] if s.ticks else s.first_tick + i
+        tick = ticks[i]
         msg.properties[PROP_TIME_TICK] = str(tick)
         msg.properties[PROP_TERM] = wt
         frames.append(

@@ -486,20 +486,24 @@ class ConsumerOptions(_message.Message):
     def __init__(self, batched: _Optional[bool] = ..., skip_time_ticks: _Optional[bool] = ..., end_offset: _Optional[int] = ...) -> None: ...
 
 class ConsumeBatchResponse(_message.Message):
-    __slots__ = ("first_id", "term", "first_time_tick", "messages", "offsets", "time_ticks")
+    __slots__ = ("first_id", "term", "first_time_tick", "messages", "offsets", "time_ticks", "tick_run_counts", "tick_run_first_ticks")
     FIRST_ID_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
     FIRST_TIME_TICK_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
     TIME_TICKS_FIELD_NUMBER: _ClassVar[int]
+    TICK_RUN_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    TICK_RUN_FIRST_TICKS_FIELD_NUMBER: _ClassVar[int]
     first_id: MessageID
     term: int
     first_time_tick: int
     messages: bytes
     offsets: _containers.RepeatedScalarFieldContainer[int]
     time_ticks: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, first_id: _Optional[_Union[MessageID, _Mapping]] = ..., term: _Optional[int] = ..., first_time_tick: _Optional[int] = ..., messages: _Optional[bytes] = ..., offsets: _Optional[_Iterable[int]] = ..., time_ticks: _Optional[_Iterable[int]] = ...) -> None: ...
+    tick_run_counts: _containers.RepeatedScalarFieldContainer[int]
+    tick_run_first_ticks: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, first_id: _Optional[_Union[MessageID, _Mapping]] = ..., term: _Optional[int] = ..., first_time_tick: _Optional[int] = ..., messages: _Optional[bytes] = ..., offsets: _Optional[_Iterable[int]] = ..., time_ticks: _Optional[_Iterable[int]] = ..., tick_run_counts: _Optional[_Iterable[int]] = ..., tick_run_first_ticks: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class RetentionPolicy(_message.Message):
     __slots__ = ("max_age_ms", "max_bytes")

@@ -54,19 +54,21 @@ def test_produce_and_consume(node: LocalNode) -> None:
     proc = run("produce", *addr, "--assign", "--count", "5000", "--size", "64", "--progress")
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["messages"] == 5000
-    assert (summary["first_offset"], summary["last_offset"]) == (0, 4999)
+    # dense offsets; an idle TimeTick may precede them if the CLI started slowly
+    first = summary["first_offset"]
+    assert summary["last_offset"] == first + 4999 and first <= 1
     assert summary["msgs_per_s"] > 0
     assert "5000/5000" in proc.stderr  # the progress bar
     lines = run("produce", *addr, "--vchannel", "cli_v1", "--no-progress", stdin="a\nb\nc\n")
     summary = json.loads(lines.stdout.strip().splitlines()[-1])
-    assert summary["messages"] == 3 and summary["first_offset"] >= 5000
+    assert summary["messages"] == 3 and summary["first_offset"] >= first + 5000
     start = summary["first_offset"]
 
     out = run("consume", *addr, "--count", "5003").stdout.splitlines()
     msgs = [json.loads(line) for line in out]
     assert len(msgs) == 5003
     assert [m["payload"] for m in msgs[-3:]] == ["a", "b", "c"]
-    assert msgs[0]["payload"] == "x" * 64 and msgs[0]["offset"] == 0
+    assert msgs[0]["payload"] == "x" * 64 and msgs[0]["offset"] == first
     assert all(m["properties"]["_vc"] == "cli_v1" for m in msgs[-3:])
     assert all(m["term"] == 1 and int(m["properties"]["_tt"]) == m["time_tick"] for m in msgs)
     offsets = [m["offset"] for m in msgs]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from google.protobuf.empty_pb2 import Empty
 
+from streamwal.client.node_client import decode_batch
 from streamwal.client.policy import DeliverFilter, DeliverPolicy
 from streamwal.errors import InvalidArgument
 from streamwal.ids import decode_offset
@@ -176,22 +177,56 @@ def test_policy_constructors_fill_the_oneof() -> None:
     assert decode_offset(DeliverPolicy.start_after(7).start_after.id) == 7
 
 
-def test_small_slices_join_into_one_frame_with_each_message_position() -> None:
-    def body(*payloads: bytes) -> bytes:
-        return pb.MessageBatch(
-            messages=[pb.Message(payload=p) for p in payloads]
-        ).SerializeToString()
+def _body(*payloads: bytes) -> bytes:
+    return pb.MessageBatch(messages=[pb.Message(payload=p) for p in payloads]).SerializeToString()
 
+
+def test_filtered_slices_join_into_one_frame_with_each_message_position() -> None:
     joined = delivery.join(
         [
-            delivery.Slice(10, 1000, body(b"a")),
-            delivery.Slice(11, 2000, body(b"b", b"c")),
-            delivery.Slice(13, 3000, body(b"d"), [13], [3000]),
+            delivery.Slice(10, 1000, _body(b"a"), 1),
+            delivery.Slice(11, 2000, _body(b"b", b"c"), 2),
+            delivery.Slice(13, 3000, _body(b"d"), 1, [13], [3000]),
         ]
     )
     messages = pb.MessageBatch.FromString(joined.body).messages
     assert [m.payload for m in messages] == [b"a", b"b", b"c", b"d"]
+    assert joined.count == 4
     assert joined.offsets == [10, 11, 12, 13]
     assert joined.ticks == [1000, 2000, 2001, 3000]
-    assert delivery.joinable([joined], delivery.Slice(14, 1, body(b"e")))
-    assert not delivery.joinable([joined], delivery.Slice(14, 1, b"x" * delivery.JOIN_BYTES))
+    assert delivery.joinable([joined], delivery.Slice(14, 1, _body(b"e"), 1))
+    assert not delivery.joinable([joined], delivery.Slice(14, 1, b"x" * delivery.JOIN_BYTES, 1))
+
+
+def test_dense_slices_join_with_tick_runs_and_the_client_decodes_every_position() -> None:
+    joined = delivery.join(
+        [
+            delivery.Slice(10, 1000, _body(b"a"), 1),
+            delivery.Slice(11, 2000, _body(b"b", b"c"), 2),
+            delivery.Slice(13, 3000, _body(b"d", b"e", b"f"), 3),
+        ]
+    )
+    assert joined.offsets is None and joined.count == 6
+    assert joined.tick_runs == [(1, 1000), (2, 2000), (3, 3000)]
+    frame = delivery.batch_frame(joined, 5).consume_batch
+    assert not frame.offsets and not frame.time_ticks  # nothing per message on the wire
+    got = decode_batch(frame)
+    assert [(m.offset, m.time_tick, m.payload, m.term) for m in got] == [
+        (10, 1000, b"a", 5),
+        (11, 2000, b"b", 5),
+        (12, 2001, b"c", 5),
+        (13, 3000, b"d", 5),
+        (14, 3001, b"e", 5),
+        (15, 3002, b"f", 5),
+    ]
+    singles = delivery.message_frames(joined, 5)
+    assert [f.consume.message.properties["_tt"] for f in singles] == [
+        "1000", "2000", "2001", "3000", "3001", "3002"
+    ]  # fmt: skip
+    # a gap between slices (a retention cut, a skipped TimeTick record) is not dense
+    gap = delivery.join(
+        [delivery.Slice(10, 1000, _body(b"a"), 1), delivery.Slice(12, 1, _body(b"b"), 1)]
+    )
+    assert gap.offsets == [10, 12] and gap.ticks == [1000, 1]
+    got = decode_batch(delivery.batch_frame(gap, 1).consume_batch)
+    assert [(m.offset, m.time_tick) for m in got] == [(10, 1000), (12, 1)]
