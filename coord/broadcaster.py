@@ -258,24 +258,30 @@ class Broadcaster:
             self._runners.pop(bid, None)
 
     async def _append_until_done(self, bid: int, pchannel: str) -> None:
+        """Append `pchannel`'s batch and persist where it landed, retrying until both worked.
+
+        Any failure retries the whole step: a resend after a failed store write is answered
+        by the node's producer window, so it never appends a second copy.
+        """
         attempt = 0
         while True:
             attempt += 1
             try:
                 first, tick = await self._append_once(self._tasks[bid].task, pchannel)
+                self._crash_point("append", bid)
+                async with self._lock(bid):
+                    stored = self._tasks[bid]
+                    task = bt.record_appended(stored.task, pchannel, first, tick, _now_ms())
+                    await self._put(stored, task)
                 break
-            except (StreamingError, TimeoutError) as err:
+            except Exception as err:  # a bug or a store error must not strand the task
                 self.metrics.append_retries.inc()
-                log.info(
+                expected = isinstance(err, StreamingError | TimeoutError)
+                (log.info if expected else log.exception)(
                     "broadcast append retry",
                     extra={"id": bid, "pchannel": pchannel, "attempt": attempt, "error": str(err)},
                 )
                 await asyncio.sleep(self.config.retry_interval)
-        self._crash_point("append", bid)
-        async with self._lock(bid):
-            stored = self._tasks[bid]
-            task = bt.record_appended(stored.task, pchannel, first, tick, _now_ms())
-            await self._put(stored, task)
         log.info(
             "broadcast appended",
             extra={"id": bid, "pchannel": pchannel, "offset": first, "attempts": attempt},

@@ -170,3 +170,18 @@ async def test_the_kubernetes_store_makes_the_coord_refuse_broadcasts_clearly():
         await coord.broadcaster.broadcast(request)
     with pytest.raises(Unsupported):
         await coord.broadcaster.ack(1, "p_0_v1")
+
+
+# ------------------------------------------------------------------ client message shapes
+
+
+def test_messages_are_taken_as_bytes_protobuf_or_the_accessors_message():
+    from streamwal.client.append import Message
+    from streamwal.client.broadcast import to_message
+
+    assert to_message(b"x", {"a": "1"}, 5) == pb.Message(
+        payload=b"x", properties={"a": "1", "_t": "5"}
+    )
+    assert to_message(pb.Message(payload=b"y")) == pb.Message(payload=b"y")
+    ours = to_message(Message("p_0_v1", b"z", msg_type=101, properties={"k": "v"}))
+    assert ours == pb.Message(payload=b"z", properties={"k": "v", "_t": "101"})
