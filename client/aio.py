@@ -9,9 +9,12 @@ await wal.close()
 
 from __future__ import annotations
 
+import asyncio
+
 from streamwal.client.accessor import WALAccessor, WALLocatedRemote
 from streamwal.client.append import AppendOption, AppendResponses, AppendResult, Message
 from streamwal.client.broadcast import BroadcastAppendResult
+from streamwal.client.kube_discovery import coord_address_in_namespace
 from streamwal.client.msgstream_types import MsgPack, MsgPosition, TsMsg, hash_key
 from streamwal.client.policy import DeliverFilter, DeliverPolicy
 from streamwal.client.wal import connect as connect_wal
@@ -24,18 +27,24 @@ async def connect(
     coord: str | None = None,
     *,
     namespace: str | None = None,
+    kubeconfig: str | None = None,
+    service: str | None = None,
     timeout: float = 10.0,
     failover_timeout: float = 30.0,
     transport: TransportConfig | None = None,
 ) -> WALAccessor:
-    """The WAL accessor of the cluster whose coord is at `coord` (HOST:PORT).
+    """The WAL accessor of the cluster whose coord is at `coord` (HOST:PORT), or of the
+    streamwal installation in Kubernetes `namespace` (its coord Service; `kubeconfig` and
+    `service` as in `kube_discovery.coord_address_in_namespace`).
 
     `timeout` bounds the wait for the first assignment; `failover_timeout` how long an
     append or read waits for a pchannel's next owner."""
+    if (coord is None) == (namespace is None):
+        raise InvalidArgument("connect needs either coord='HOST:PORT' or namespace='NS'")
     if namespace is not None:
-        raise InvalidArgument("connect(namespace=...) is not available yet: give coord=")
-    if not coord:
-        raise InvalidArgument("connect needs coord='HOST:PORT'")
+        coord = await asyncio.to_thread(
+            coord_address_in_namespace, namespace, kubeconfig=kubeconfig, service=service
+        )
     wal = await connect_wal(
         coord, timeout=timeout, failover_timeout=failover_timeout, transport=transport
     )

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from streamwal.client.kube_discovery import kube_api_client
 from streamwal.client.node_client import NodeClient
 from streamwal.errors import StreamingError, Unavailable
 from streamwal.proto import streaming_pb2 as pb
@@ -83,13 +83,9 @@ def owners_from_pchannel_objects(items: Iterable[dict]) -> dict[str, Owner]:
 
 
 def _from_kubernetes(namespace: str, kubeconfig: str | None) -> dict[str, Owner]:
-    from kubernetes import client, config  # the `spark` extra; only this adapter needs it
+    from kubernetes import client  # the `spark` extra; only this adapter needs it
 
-    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-        config.load_incluster_config()
-        api = client.ApiClient()
-    else:
-        api = config.new_client_from_config(config_file=kubeconfig)
+    api = kube_api_client(kubeconfig)
     try:
         listing = client.CustomObjectsApi(api).list_namespaced_custom_object(
             KUBE_GROUP, KUBE_VERSION, namespace, KUBE_PLURAL, _request_timeout=CALL_TIMEOUT_S
