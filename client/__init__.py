@@ -22,9 +22,21 @@ def connect(coord: str | None = None, **options) -> SyncWALAccessor:
     return connect_sync(coord, **options)
 
 
+# Names re-exported from `streamwal.client.aio` on first use. The set is spelled out: an
+# unknown name must fail without importing anything, because `from streamwal.client import
+# encoding` inside the client's own modules asks this hook first (importing the accessor
+# from there would be circular).
+_EXPORTS = frozenset(
+    {
+        "AppendOption", "AppendResponses", "AppendResult", "BroadcastAppendResult",
+        "DeliverFilter", "DeliverPolicy", "Message", "MsgPack", "MsgPosition", "MsgType",
+        "ResourceKey", "TsMsg", "WALAccessor", "WALLocatedRemote", "hash_key",
+    }
+)  # fmt: skip
+
+
 def __getattr__(name: str):
     """`Message`, `MsgPack`, `DeliverPolicy`, ... as in `streamwal.client.aio`, on first use."""
-    aio = importlib.import_module("streamwal.client.aio")  # `from . import` would recurse
-    if name in aio.__all__ and name != "connect":
-        return getattr(aio, name)
-    raise AttributeError(f"module 'streamwal.client' has no attribute {name!r}")
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'streamwal.client' has no attribute {name!r}")
+    return getattr(importlib.import_module("streamwal.client.aio"), name)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from streamwal.client.append import (
@@ -53,3 +56,23 @@ def test_barrier_pushes_the_clock_past_it_but_not_far_into_the_future() -> None:
     assert clock.allocate() == barrier + 4  # the refused barrier changed nothing
     clock.push_past(compose(now - 10))  # a barrier in the past is already honoured
     assert clock.allocate() == barrier + 5
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["streamwal.client.node_client", "streamwal.client.wal", "streamwal.spark.discovery",
+     "streamwal.client", "streamwal.client.aio"],
+)  # fmt: skip
+def test_client_modules_import_first_in_a_fresh_interpreter(module: str) -> None:
+    """`streamwal.client` re-exports names lazily; no module may trip over that hook."""
+    subprocess.run([sys.executable, "-c", f"import {module}"], check=True, timeout=60)
+
+
+def test_streamwal_client_exports_what_aio_exports() -> None:
+    import streamwal.client as sync_api
+    from streamwal.client import aio
+
+    assert set(aio.__all__) - {"connect"} == sync_api._EXPORTS
+    assert sync_api.Message is aio.Message
+    with pytest.raises(AttributeError):
+        _ = sync_api.no_such_name
