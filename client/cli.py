@@ -32,16 +32,28 @@ def _run(coro):
 )
 @click.option("--size", type=int, default=128, show_default=True, help="Synthetic payload bytes.")
 @click.option("--batch", type=int, default=1000, show_default=True, help="Messages per batch.")
+@click.option(
+    "--ack-level",
+    type=click.Choice(["default", "leader", "quorum"]),
+    default="default",
+    show_default=True,
+    help="Replicated pchannels: answer once synced on the leader, or on a quorum of replicas "
+    "(default: quorum with several replicas).",
+)
 @click.option("--progress/--no-progress", default=True, show_default=True)
-def produce(node, pchannel, term, assign, vchannel, count, size, batch, progress) -> None:
+def produce(
+    node, pchannel, term, assign, vchannel, count, size, batch, ack_level, progress
+) -> None:
     """Append messages: stdin lines (one message each), or --count synthetic ones.
 
     Prints one JSON summary line: messages, first/last offset, seconds, msgs/s.
     """
-    _run(_produce(node, pchannel, term, assign, vchannel, count, size, batch, progress))
+    _run(_produce(node, pchannel, term, assign, vchannel, count, size, batch, ack_level, progress))
 
 
-async def _produce(node, pchannel, term, assign, vchannel, count, size, batch, progress) -> None:
+async def _produce(
+    node, pchannel, term, assign, vchannel, count, size, batch, ack_level, progress
+) -> None:
     from tqdm import tqdm
 
     from streamwal.client.node_client import NodeClient
@@ -51,7 +63,7 @@ async def _produce(node, pchannel, term, assign, vchannel, count, size, batch, p
         try:
             if assign:
                 await nc.assign(pchannel, term)
-            producer = await nc.producer(pchannel, term)
+            producer = await nc.producer(pchannel, term, ack_level=ack_level)
         except StreamingError as err:
             raise click.ClickException(str(err)) from None
         total = count

@@ -34,6 +34,13 @@ from streamwal.transport import TransportConfig, make_channel
 
 _HANDLER = "/milvus.proto.streaming.StreamingNodeHandlerService/"
 _MANAGER = "/milvus.proto.streaming.StreamingNodeManagerService/"
+_REPLICATION = "/milvus.proto.streaming.StreamingNodeReplicationService/"
+ACK_LEVELS = {
+    None: pb.ACK_LEVEL_DEFAULT,
+    "default": pb.ACK_LEVEL_DEFAULT,
+    "leader": pb.ACK_LEVEL_LEADER,
+    "quorum": pb.ACK_LEVEL_QUORUM,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +87,20 @@ class ConsumedMessage:
         )
 
 
+def replica_set(
+    leader: bool, members: Sequence[tuple[int, str]], leader_node: tuple[int, str] | None = None
+) -> pb.ReplicaSet:
+    """The Assign's replica set: this node's role, every member (node id, address), and
+    the leader (for a follower)."""
+    rs = pb.ReplicaSet(
+        role=pb.REPLICA_ROLE_LEADER if leader else pb.REPLICA_ROLE_FOLLOWER,
+        members=[pb.StreamingNodeInfo(server_id=i, address=a) for i, a in members],
+    )
+    if leader_node is not None:
+        rs.leader.server_id, rs.leader.address = leader_node
+    return rs
+
+
 class NodeClient:
     """One gRPC channel to one node."""
 
@@ -119,17 +140,26 @@ class NodeClient:
         retention_bytes: int | None = None,
         catch_up_from: str = "",
         min_next_offset: int = 0,
+        replica_set: pb.ReplicaSet | None = None,
     ) -> None:
-        """Make the node serve `pchannel` under `term`; a retention bound replaces its policy."""
+        """Make the node serve `pchannel` under `term`; a retention bound replaces its policy;
+        with `replica_set` (see `replica_set()`) it leads or follows a replicated pchannel."""
         req = pb.StreamingNodeManagerAssignRequest(
             pchannel=pb.PChannelInfo(name=pchannel, term=term),
             catch_up_from=catch_up_from,
             min_next_offset=min_next_offset,
+            replica_set=replica_set,
         )
         if retention_age_ms is not None or retention_bytes is not None:
             req.retention.max_age_ms = retention_age_ms or 0
             req.retention.max_bytes = retention_bytes or 0
         await self._unary(_MANAGER + "Assign", req, pb.StreamingNodeManagerAssignResponse)
+
+    async def fence(self, pchannel: str, term: int) -> pb.FenceResponse:
+        """Raise the node's accepted term of `pchannel` (it stops leading or following lower
+        terms) and learn its log: last record's term, log end, commit offset."""
+        req = pb.FenceRequest(pchannel=pb.PChannelInfo(name=pchannel, term=term))
+        return await self._unary(_REPLICATION + "Fence", req, pb.FenceResponse)
 
     async def remove(self, pchannel: str, term: int) -> None:
         req = pb.StreamingNodeManagerRemoveRequest(
@@ -222,6 +252,9 @@ class Producer:
     answered by the node instead of appended twice. With `resendable=True` a broken
     stream does not fail the pending sends: the owner (the routing layer) takes them with
     `detach_unacknowledged()` and hands them to a new producer with `adopt()`.
+
+    `ack_level` on a replicated pchannel: "quorum" answers once the batch is stored on a
+    majority of the replicas (the default with several), "leader" once synced on the leader.
     """
 
     def __init__(
@@ -235,7 +268,11 @@ class Producer:
         max_batch_messages: int = 8192,
         max_in_flight: int = 8,
         resendable: bool = False,
+        ack_level: str | None = None,
     ) -> None:
+        if ack_level not in ACK_LEVELS:
+            raise ValueError(f"ack_level must be 'leader', 'quorum' or None, not {ack_level!r}")
+        self.ack_level = ACK_LEVELS[ack_level]
         self.pchannel = pchannel
         self.term = term
         self.producer_id = uuid.uuid4().hex if producer_id is None else producer_id
@@ -262,6 +299,7 @@ class Producer:
         header = pb.CreateProducerRequest(
             pchannel=pb.PChannelInfo(name=self.pchannel, term=self.term),
             producer_id=self.producer_id,
+            ack_level=self.ack_level,
         )
         # Frames are encoded by hand (client/encoding.py): the serializer passes bytes on.
         self._call, first = await _open_stream(

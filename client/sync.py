@@ -123,11 +123,14 @@ class SyncNodeClient:
 
         self._client = self._portal.call(make())
 
-    def assign(self, pchannel: str, term: int, **retention) -> None:
-        self._portal.call(self._client.assign(pchannel, term, **retention))
+    def assign(self, pchannel: str, term: int, **options) -> None:
+        self._portal.call(self._client.assign(pchannel, term, **options))
 
     def remove(self, pchannel: str, term: int) -> None:
         self._portal.call(self._client.remove(pchannel, term))
+
+    def fence(self, pchannel: str, term: int) -> pb.FenceResponse:
+        return self._portal.call(self._client.fence(pchannel, term))
 
     def collect_status(self) -> pb.StreamingNodeManagerCollectStatusResponse:
         return self._portal.call(self._client.collect_status())

@@ -3,7 +3,8 @@
 Offsets and ticks are handed out when an append is accepted (so concurrent producers are
 ordered by arrival); they become visible to consumers only when the group commit that
 holds them is durable (`committed_next`). Every record for a pchannel is written by the
-single group committer in offset order, so `committed_next` only moves forward.
+single group committer in offset order, so `committed_next` only moves forward. A
+replicated pchannel shows consumers only what is below its commit offset (`visible_next`).
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ from streamwal.node.clock import HybridClock
 from streamwal.node.fencing import Fence
 from streamwal.node.log_store import ChannelMeta, Tail
 from streamwal.node.producers import ProducerState
+from streamwal.node.replica import LeaderRole, Role
 
 # Recently committed records kept in memory so tailing consumers skip RocksDB.
 TAIL_CACHE_BYTES = 16 * 1024 * 1024
 
 
 class Channel:
-    def __init__(self, name: str, meta: ChannelMeta, tail: Tail) -> None:
+    def __init__(self, name: str, meta: ChannelMeta, tail: Tail, commit: int | None = None) -> None:
         self.name = name
         self.meta = meta
         self.recovering = meta.serving  # a reopened pchannel waits for its Assign
@@ -33,6 +35,10 @@ class Channel:
         self.committed_next = tail.next_offset  # everything below is durable and visible
         self.size_bytes = tail.size_bytes  # retained bytes, counting accepted appends
         self.last_term = tail.last_term  # term of the newest record
+        # Replication: the commit offset once replicated (None: one replica, everything
+        # durable is committed) and this node's role under the current term, if any.
+        self.commit = commit
+        self.replica: Role | None = None
         self.last_append_ms = 0.0
         self.producers = 0
         self.consumers = 0
@@ -45,7 +51,27 @@ class Channel:
 
     @property
     def fence(self) -> Fence:
-        return Fence(self.meta.term, self.meta.serving, self.recovering)
+        following = ""
+        if self.replica is not None and not isinstance(self.replica, LeaderRole):
+            following = self.replica.leader_address
+        return Fence(
+            self.meta.term,
+            self.meta.serving,
+            self.recovering,
+            self.meta.assigned_term == self.meta.term,
+            following,
+        )
+
+    @property
+    def visible_next(self) -> int:
+        """Consumers see offsets below this: durable here and, if replicated, committed."""
+        if self.commit is None:
+            return self.committed_next
+        return min(self.commit, self.committed_next)
+
+    @property
+    def known_commit(self) -> int:
+        return self.committed_next if self.commit is None else self.commit
 
     @property
     def term(self) -> int:

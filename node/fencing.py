@@ -30,6 +30,11 @@ class Fence:
     term: int
     serving: bool
     recovering: bool = False
+    # False when `term` was only fenced (Fence RPC), not yet assigned here: an Assign at
+    # that same term is still to be taken.
+    assigned: bool = True
+    # Set while this node follows the leader at that address: it serves no client.
+    following: str = ""
 
 
 class AssignOutcome(Enum):
@@ -41,7 +46,7 @@ class AssignOutcome(Enum):
 def decide_assign(fence: Fence | None, term: int) -> AssignOutcome:
     if term < 1:
         raise IgnoredOperation(f"term must be >= 1, got {term}")
-    if fence is None or term > fence.term:
+    if fence is None or term > fence.term or (term == fence.term and not fence.assigned):
         return AssignOutcome.TAKE
     if term == fence.term and fence.serving:
         return AssignOutcome.RESUME if fence.recovering else AssignOutcome.ALREADY
@@ -65,11 +70,18 @@ def check_access(fence: Fence | None, name: str, term: int) -> None:
     """Raises the error a Produce or Consume under `term` must get, if any."""
     if fence is None:
         raise ChannelNotExist(f"pchannel {name!r} was never assigned to this node")
+    if not fence.assigned:
+        raise ChannelFenced(f"pchannel {name!r} is fenced at term {fence.term}, not assigned")
     if not fence.serving:
         raise ChannelFenced(f"pchannel {name!r} moved away or was removed (term {fence.term})")
     if fence.recovering:
         raise ChannelNotExist(
             f"pchannel {name!r} is recovering after a node restart: not assigned again yet"
+        )
+    if fence.following:
+        raise ChannelFenced(
+            f"pchannel {name!r} is a follower replica here (term {fence.term}): "
+            f"produce and consume at its leader {fence.following}"
         )
     if term != fence.term:
         if term < fence.term:

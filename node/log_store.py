@@ -5,6 +5,7 @@ Key layout (one default column family, ordered by bytes):
   b"m" + name -> JSON channel meta (fence, term history, retention)
   b"s" + name -> bytes retained, 8 bytes big-endian
   b"p" + name + b"\\0" + producer id -> the idempotent producer's result window
+  b"r" + name -> the replicated pchannel's commit offset, 8 bytes big-endian (lazily saved)
 Recovery seeks to the last record of each pchannel instead of scanning the log.
 """
 
@@ -40,6 +41,10 @@ def _size_key(name: str) -> bytes:
     return b"s" + name.encode()
 
 
+def _commit_key(name: str) -> bytes:
+    return b"r" + name.encode()
+
+
 def _producer_key(name: str, producer_id: str) -> bytes:
     return b"p" + name.encode() + b"\0" + producer_id.encode()
 
@@ -53,11 +58,14 @@ class ChannelMeta:
     history: list[tuple[int, int]] = field(default_factory=list)  # (term, first offset)
     retention_age_ms: int = 0  # 0: keep forever
     retention_bytes: int = 0  # 0: no size limit
+    # The term last assigned here; below `term` when a higher term was only fenced.
+    assigned_term: int = 0
 
     def to_bytes(self) -> bytes:
         return json.dumps(
             {
                 "term": self.term,
+                "assigned_term": self.assigned_term,
                 "serving": self.serving,
                 "history": self.history,
                 "retention_age_ms": self.retention_age_ms,
@@ -74,6 +82,7 @@ class ChannelMeta:
             history=[tuple(h) for h in d["history"]],
             retention_age_ms=d.get("retention_age_ms", 0),
             retention_bytes=d.get("retention_bytes", 0),
+            assigned_term=d.get("assigned_term", d["term"]),
         )
 
 
@@ -132,8 +141,20 @@ class LogStore:
     def save_meta(self, name: str, meta: ChannelMeta) -> None:
         """Durable before return, whatever the append durability: fences must hold."""
         wb = WriteBatch(raw_mode=True)
-        wb.put(_meta_key(name), meta.to_bytes())
+        self.put_meta(wb, name, meta)
         self.write_synced(wb)
+
+    @staticmethod
+    def put_meta(wb: WriteBatch, name: str, meta: ChannelMeta) -> None:
+        wb.put(_meta_key(name), meta.to_bytes())
+
+    def load_commit(self, name: str) -> int | None:
+        raw = self._db.get(_commit_key(name))
+        return None if raw is None else _U64.unpack(raw)[0]
+
+    @staticmethod
+    def put_commit(wb: WriteBatch, name: str, offset: int) -> None:
+        wb.put(_commit_key(name), _U64.pack(offset))
 
     def tail(self, name: str) -> Tail:
         prefix = log_prefix(name)

@@ -53,3 +53,27 @@ class NodeMetrics:
         self.next_offset = Gauge(
             "streamwal_log_end_offset", "Offset the next message will get", ["pchannel"], registry=r
         )
+        self.commit_offset = Gauge(
+            "streamwal_commit_offset",
+            "Offsets below are committed (stored on a quorum of replicas) and visible",
+            ["pchannel"],
+            registry=r,
+        )
+        self.replica_acked = Gauge(
+            "streamwal_replica_acked_offset",
+            "On the leader: a follower's acknowledged log end",
+            ["pchannel", "replica"],
+            registry=r,
+        )
+        self.replica_lag = Gauge(
+            "streamwal_replica_lag",
+            "On the leader: its log end minus a follower's acknowledged log end",
+            ["pchannel", "replica"],
+            registry=r,
+        )
+        self.role = Gauge(
+            "streamwal_replica_role",
+            "1 for this node's replication role of the pchannel (leader or follower)",
+            ["pchannel", "role"],
+            registry=r,
+        )

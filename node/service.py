@@ -117,7 +117,13 @@ class NodeService:
             {
                 "Fetch": grpc.unary_stream_rpc_method_handler(
                     self.fetch, _tolerant(pb.FetchRequest), ser
-                )
+                ),
+                "Replicate": grpc.stream_stream_rpc_method_handler(
+                    self.replicate, _tolerant(pb.ReplicaAck), ser
+                ),
+                "Fence": grpc.unary_unary_rpc_method_handler(
+                    self.fence, _tolerant(pb.FenceRequest), ser
+                ),
             },
         )
         return [handler, manager, state, replication]
@@ -145,7 +151,7 @@ class NodeService:
         )
         position = request.from_offset
         while position < end:
-            recs = self.wal.read(ch, position, READ_RECORDS)
+            recs = self.wal.read(ch, position, READ_RECORDS, raw=True)
             if not recs:
                 break
             for base, value in recs:
@@ -153,6 +159,31 @@ class NodeService:
                     return
                 yield pb.FetchResponse(base_offset=base, record=value, log_end=end)
                 position = base + records.peek(value)[2]
+
+    async def replicate(self, request_iterator, context):
+        """A follower's stream (replication.py): acks in, the leader's records out."""
+        try:
+            first = await anext(request_iterator, None)
+            if first is None:
+                return
+            if isinstance(first, Malformed):
+                raise InvalidArgument(first.reason)
+            if not self.serving:
+                raise OnShutdown("node is shutting down")
+            await self.wal.replication.serve(first, request_iterator, context)
+        except StreamingError as err:
+            await _abort(context, err)
+
+    async def fence(self, request, context):
+        async def act(req):
+            last_term, next_offset, commit = await self.wal.fence(
+                req.pchannel.name, req.pchannel.term
+            )
+            return pb.FenceResponse(
+                last_term=last_term, next_offset=next_offset, commit_offset=commit
+            )
+
+        return await self._unary(request, context, act)
 
     # -- manager -----------------------------------------------------------------------
 
@@ -175,6 +206,7 @@ class NodeService:
                 retention,
                 req.catch_up_from,
                 req.min_next_offset,
+                req.replica_set if req.HasField("replica_set") else None,
             )
             return pb.StreamingNodeManagerAssignResponse()
 
@@ -191,19 +223,19 @@ class NodeService:
         async def act(_req):
             resp = pb.StreamingNodeManagerCollectStatusResponse(server_id=self.node_id)
             for ch in self.wal.channels.values():
-                if not ch.meta.serving or ch.recovering:
+                if not ch.meta.serving or ch.recovering or not ch.fence.assigned:
                     continue
-                resp.channels.append(
-                    pb.PChannelStatus(
-                        pchannel=pb.PChannelInfo(name=ch.name, term=ch.term),
-                        first_offset=ch.first_offset,
-                        next_offset=ch.committed_next,
-                        last_time_tick=ch.clock.last,
-                        size_bytes=ch.size_bytes,
-                        producers=ch.producers,
-                        consumers=ch.consumers,
-                    )
+                status = pb.PChannelStatus(
+                    pchannel=pb.PChannelInfo(name=ch.name, term=ch.term),
+                    first_offset=ch.first_offset,
+                    next_offset=ch.committed_next,
+                    last_time_tick=ch.clock.last,
+                    size_bytes=ch.size_bytes,
+                    producers=ch.producers,
+                    consumers=ch.consumers,
                 )
+                self.wal.replication.status(ch, status)
+                resp.channels.append(status)
             return resp
 
         return await self._unary(request, context, act)
@@ -224,6 +256,7 @@ class NodeService:
             if len(name) > MAX_PRODUCER_ID or not name.isprintable():
                 raise InvalidArgument(f"producer_id must be <= {MAX_PRODUCER_ID} printable chars")
             last_sequence = self.wal.last_sequence(ch, name) if name else 0
+            quorum = self.wal.replication.needs_quorum(ch, header.ack_level)
         except StreamingError as err:
             await _abort(context, err)
             return
@@ -239,7 +272,7 @@ class NodeService:
                     )
                 )
             )
-            await _ProduceStream(self, ch, term, name, request_iterator, context).run()
+            await _ProduceStream(self, ch, term, name, quorum, request_iterator, context).run()
         finally:
             ch.producers -= 1
             gauge.dec()
@@ -253,7 +286,7 @@ class NodeService:
             ch = self.wal.access(header.pchannel.name, term)
             filters = delivery.Filters.from_proto(list(header.deliver_filters))
             position = delivery.start_offset(
-                header.deliver_policy, ch.first_offset, ch.committed_next
+                header.deliver_policy, ch.first_offset, ch.visible_next
             )
         except StreamingError as err:
             await _abort(context, err)
@@ -266,7 +299,7 @@ class NodeService:
             await context.write(
                 pb.ConsumeResponse(
                     create=pb.CreateConsumerResponse(
-                        first_offset=ch.first_offset, next_offset=ch.committed_next
+                        first_offset=ch.first_offset, next_offset=ch.visible_next
                     )
                 )
             )
@@ -360,16 +393,24 @@ class NodeService:
             if small:
                 await context.write(delivery.batch_frame(delivery.join(small), small_term))
             ch.consumer_positions[consumer_id] = position
-            lag.set(ch.committed_next - min(ch.consumer_positions.values()))
+            lag.set(ch.visible_next - min(ch.consumer_positions.values()))
 
 
 class _ProduceStream:
     """One Produce stream: reads requests, appends them, answers in completion order."""
 
     def __init__(
-        self, svc: NodeService, ch: Channel, term: int, producer_name: str, requests, context
+        self,
+        svc: NodeService,
+        ch: Channel,
+        term: int,
+        producer_name: str,
+        quorum: bool,
+        requests,
+        context,
     ) -> None:
         self.svc = svc
+        self.quorum = quorum  # answer once committed on a quorum, not once synced here
         self.producer_name = producer_name
         self.ch = ch
         self.term = term
@@ -436,7 +477,8 @@ class _ProduceStream:
         producer: tuple[str, int] | None = None,
         barrier_time_tick: int = 0,
     ) -> None:
-        """Append and answer once durable: respond(base, first tick, duplicate) or fail."""
+        """Append and answer once durable (and committed, at QUORUM): respond(base, first
+        tick, duplicate) or fail."""
         self.outstanding += 1
         duplicate = False
         try:
@@ -454,24 +496,34 @@ class _ProduceStream:
         except Resent as resent:
             r = resent.result
             if resent.pending is None:
-                self.out.put_nowait(respond(r.base, r.first_tick, True))
-                return
-            future, duplicate = resent.pending, True
+                future = asyncio.get_running_loop().create_future()
+                future.set_result((r.base, r.first_tick))
+            else:
+                future = resent.pending
+            duplicate, count = True, r.count
         size = len(body)
         self.inflight_bytes += size
 
-        def done(f: asyncio.Future) -> None:
+        def answer(exc: BaseException | None, base: int = 0, first_tick: int = 0) -> None:
             self.inflight_bytes -= size
             self.space.set()
-            exc = f.exception()
             if exc is None:
-                base, first_tick = f.result()
                 self.out.put_nowait(respond(base, first_tick, duplicate))
             else:
                 err = exc if isinstance(exc, StreamingError) else Inner(str(exc))
                 self.out.put_nowait(fail(err))
 
-        future.add_done_callback(done)
+        def durable(f: asyncio.Future) -> None:
+            exc = f.exception()
+            if exc is not None:
+                return answer(exc)
+            base, first_tick = f.result()
+            if not self.quorum:
+                return answer(None, base, first_tick)
+            committed = self.svc.wal.replication.wait_commit(self.ch, self.term, base + count)
+            committed.add_done_callback(lambda c: answer(c.exception(), base, first_tick))
+
+        future.add_done_callback(durable)
 
     def _batch(self, req: pb.ProduceBatchRequest) -> None:
         rid = req.request_id

@@ -13,13 +13,13 @@ import logging
 import time
 from dataclasses import dataclass, replace
 
-from streamwal.errors import Inner, InvalidArgument, StreamingError
+from streamwal.errors import ChannelFenced, IgnoredOperation, Inner, InvalidArgument, StreamingError
 from streamwal.message import PROP_TYPE, MsgType
 from streamwal.node import peer, records
 from streamwal.node.channel import Channel
 from streamwal.node.clock import BarrierTooFar
 from streamwal.node.config import NodeConfig
-from streamwal.node.divergence import divergence_point
+from streamwal.node.divergence import cut_history, extend_history, log_divergence
 from streamwal.node.fencing import AssignOutcome, check_access, decide_assign, decide_remove
 from streamwal.node.group_commit import GroupCommitter
 from streamwal.node.log_store import ChannelMeta, LogStore, log_key
@@ -31,6 +31,8 @@ from streamwal.node.producers import (
     check_sequence,
     record_accepted,
 )
+from streamwal.node.replica import LeaderRole
+from streamwal.node.replication import Replication, parse_replica_set
 from streamwal.node.retention import plan_cut
 from streamwal.proto import streaming_pb2 as pb
 
@@ -76,6 +78,13 @@ class Resent(Exception):
         self.pending = pending
 
 
+def _below(recs: list[tuple[int, bytes]], end: int) -> list[tuple[int, bytes]]:
+    """Records past `end` may be written but not yet acknowledged or committed."""
+    if recs and recs[-1][0] >= end:
+        return [(b, v) for b, v in recs if b < end]
+    return recs
+
+
 def validate_name(name: str) -> None:
     raw = name.encode()
     if not raw or len(raw) > MAX_NAME_BYTES or "\0" in name or not name.isprintable():
@@ -100,6 +109,7 @@ class Wal:
         self._group_sizes: dict[str, tuple[Channel, int]] = {}
         self._tasks: list[asyncio.Task] = []
         self._closing = False
+        self.replication = Replication(self, config.node_id)
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -109,9 +119,9 @@ class Wal:
             meta = self.store.load_meta(name)
             if meta is None:
                 continue
-            ch = Channel(name, meta, self.store.tail(name))
+            ch = Channel(name, meta, self.store.tail(name), self.store.load_commit(name))
             self.channels[name] = ch
-            self._publish_gauges(ch)
+            self.publish_gauges(ch)
 
     def start(self) -> None:
         self._committer.start()
@@ -128,6 +138,7 @@ class Wal:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._committer.close()
         for ch in self.channels.values():
+            self.replication.stop_role(ch, None)
             ch.notify()
 
     # -- management --------------------------------------------------------------------
@@ -139,20 +150,27 @@ class Wal:
         retention: pb.RetentionPolicy | None = None,
         catch_up_from: str = "",
         min_next_offset: int = 0,
+        replica_set: pb.ReplicaSet | None = None,
     ) -> AssignOutcome:
         """Serve `name` under `term` (persisted first); `retention` replaces its policy.
 
         With `catch_up_from` (the previous owner, already fenced) every record this node
-        lacks is copied from there first, so the new term continues the same log.
+        lacks is copied from there first, so the new term continues the same log. With a
+        `replica_set` the node leads the replicas or follows its leader (replication.py).
         """
         validate_name(name)
         if retention is not None and (retention.max_age_ms < 0 or retention.max_bytes < 0):
             raise InvalidArgument("retention bounds must be >= 0")
+        parsed = parse_replica_set(replica_set, self.config.node_id)
+        following = parsed is not None and parsed[0] == pb.REPLICA_ROLE_FOLLOWER
         ch = self.channels.get(name)
         outcome = decide_assign(ch.fence if ch else None, term)
         if ch is not None:
             ch.recovering = False
         if outcome is not AssignOutcome.TAKE:
+            assert ch is not None
+            if self.replication.configure(ch, replica_set):
+                self._tick(ch)
             if retention is not None and ch is not None:
                 ch.meta = replace(
                     ch.meta,
@@ -171,6 +189,7 @@ class Wal:
             ch = Channel(name, meta, self.store.tail(name))
             self.channels[name] = ch
         else:
+            self.replication.stop_role(ch, None)
             await self._drain(ch)
         if catch_up_from:
             try:
@@ -179,25 +198,70 @@ class Wal:
                 if not ch.meta.term:  # never assigned here: leave no trace of the attempt
                     self.channels.pop(name, None)
                 raise
-        if ch.next_offset < min_next_offset:  # no catch-up possible: never reuse offsets
+        if ch.next_offset < min_next_offset and not following:  # never reuse offsets
             log.warning(
                 "offset gap",
                 extra={"pchannel": name, "from": ch.next_offset, "to": min_next_offset},
             )
             ch.next_offset = ch.committed_next = min_next_offset
-        meta = replace(
-            ch.meta, term=term, serving=True, history=[*ch.meta.history, (term, ch.next_offset)]
-        )
+        # A follower's history follows the records it copies; a leader's term starts here.
+        history = ch.meta.history if following else [*ch.meta.history, (term, ch.next_offset)]
+        meta = replace(ch.meta, term=term, assigned_term=term, serving=True, history=history)
         if retention is not None:
             meta = replace(
                 meta, retention_age_ms=retention.max_age_ms, retention_bytes=retention.max_bytes
             )
         await asyncio.get_running_loop().run_in_executor(None, self.store.save_meta, name, meta)
         ch.meta = meta
+        if self.replication.configure(ch, replica_set):
+            self._tick(ch)
         ch.notify()  # consumers under the old term see the fence move
-        self._publish_gauges(ch)
-        log.info("assigned", extra={"pchannel": name, "term": term, "next_offset": ch.next_offset})
+        self.publish_gauges(ch)
+        log.info(
+            "assigned",
+            extra={
+                "pchannel": name,
+                "term": term,
+                "next_offset": ch.next_offset,
+                "role": "follower" if following else "leader",
+            },
+        )
         return outcome
+
+    def _tick(self, ch: Channel) -> None:
+        """A new leader's first record: committing it commits the older terms' records
+        below it (replication_rules.commit_offset), so do not wait for the idle tick."""
+        self.append(ch, ch.term, _TIME_TICK_BODY, 1, records.FLAG_TIME_TICK)
+
+    async def fence(self, name: str, term: int) -> tuple[int, int, int]:
+        """Raise the accepted term of `name` to `term` (persisted; any lower role ends) and
+        report (last record's term, log end, commit offset). A lower or equal term only
+        reports. Works whether or not the node serves or even holds the pchannel."""
+        validate_name(name)
+        if term < 1:
+            raise IgnoredOperation(f"term must be >= 1, got {term}")
+        ch = self.channels.get(name)
+        if ch is None:
+            meta = ChannelMeta(
+                term=term,
+                retention_age_ms=self.config.default_retention_age_ms,
+                retention_bytes=self.config.default_retention_bytes,
+            )
+            ch = Channel(name, meta, self.store.tail(name), self.store.load_commit(name))
+            self.channels[name] = ch
+            await asyncio.get_running_loop().run_in_executor(None, self.store.save_meta, name, meta)
+        elif term > ch.meta.term:
+            ch.meta = replace(ch.meta, term=term)
+            self.replication.stop_role(
+                ch, ChannelFenced(f"pchannel {name!r} was fenced at term {term}")
+            )
+            await asyncio.get_running_loop().run_in_executor(
+                None, self.store.save_meta, name, ch.meta
+            )
+            await self._drain(ch)
+            self.publish_gauges(ch)
+            log.info("fenced", extra={"pchannel": name, "term": term})
+        return ch.last_term, ch.committed_next, ch.known_commit
 
     async def _catch_up(self, ch: Channel, source: str) -> None:
         """Copy the records this node lacks from `source`, cutting a divergent suffix first."""
@@ -206,10 +270,10 @@ class Wal:
             stream = peer.fetch(source, ch.name, ch.next_offset)
             first = await anext(stream)  # the source's term history, no record
             history = [(t.term, t.first_offset) for t in first.term_history]
-            cut = divergence_point(ch.next_offset, ch.last_term, history)
+            cut = log_divergence(ch.meta.history, ch.next_offset, history, first.log_end)
             if cut is not None:
                 await stream.aclose()
-                await self._truncate(ch, cut)
+                await self.truncate_suffix(ch, cut)
                 stream = peer.fetch(source, ch.name, ch.next_offset)
                 await anext(stream)
             copied = await self._copy(ch, stream, source)
@@ -233,7 +297,7 @@ class Wal:
         async for resp in stream:
             where = f"{ch.name}@{resp.base_offset} from {source}"
             rec = records.decode(resp.record, where)
-            self._apply_copied(ch, wb, resp.base_offset, resp.record, rec)
+            self.apply_copied(ch, wb, resp.base_offset, resp.record, rec)
             copied += rec.count
             pending += len(resp.record)
             if pending >= 8 * 1024 * 1024:
@@ -244,8 +308,14 @@ class Wal:
         await loop.run_in_executor(None, self.store.write_synced, wb)
         return copied
 
-    def _apply_copied(self, ch: Channel, wb, base: int, value: bytes, rec: records.Record) -> None:
+    def apply_copied(self, ch: Channel, wb, base: int, value: bytes, rec: records.Record) -> None:
+        """Add a record copied from another node to `wb`, with the producer window and the
+        term history it implies (catch-up and replication share this)."""
         self.store.put_record(wb, ch.name, base, value)
+        history = extend_history(ch.meta.history, rec.term, base)
+        if history is not None:
+            ch.meta = replace(ch.meta, history=history)
+            self.store.put_meta(wb, ch.name, ch.meta)
         if rec.producer is not None:
             pid, seq = rec.producer
             state = self._producer_state(ch, pid)
@@ -259,16 +329,19 @@ class Wal:
         ch.last_term = rec.term
         ch.clock.observe(rec.last_tick)
 
-    async def _truncate(self, ch: Channel, offset: int) -> None:
+    async def truncate_suffix(self, ch: Channel, offset: int) -> None:
         """Cut this node's divergent suffix (records from an unclean failover's loser)."""
-        dropped = await asyncio.get_running_loop().run_in_executor(
-            None, self.store.truncate_from, ch.name, offset
-        )
+        loop = asyncio.get_running_loop()
+        dropped = await loop.run_in_executor(None, self.store.truncate_from, ch.name, offset)
+        ch.meta = replace(ch.meta, history=cut_history(ch.meta.history, offset))
+        await loop.run_in_executor(None, self.store.save_meta, ch.name, ch.meta)
         log.warning(
             "truncated divergent suffix",
             extra={"pchannel": ch.name, "from": offset, "to": ch.next_offset, "bytes": dropped},
         )
         ch.next_offset = ch.committed_next = offset
+        if ch.commit is not None:
+            ch.commit = min(ch.commit, offset)
         ch.size_bytes = max(0, ch.size_bytes - dropped)
         ch.drop_cache_after(offset)
         ch.producer_states.clear()
@@ -280,6 +353,7 @@ class Wal:
         decide_remove(ch.fence if ch else None, name, term)
         assert ch is not None
         ch.meta = replace(ch.meta, serving=False)
+        self.replication.stop_role(ch, None)
         ch.notify()
         await self._drain(ch)
         await asyncio.get_running_loop().run_in_executor(None, self.store.save_meta, name, ch.meta)
@@ -369,8 +443,9 @@ class Wal:
                 wb.delete_range(log_key(ch.name, 0), log_key(ch.name, item.keep_from))
                 size -= item.freed
             sizes[ch.name] = (ch, size)
-        for name, (_, size) in sizes.items():
+        for name, (ch, size) in sizes.items():
             self.store.put_size(wb, name, size)
+            self.replication.persist_commit(ch, wb)
         self._group_sizes = sizes
 
     def _committed(self, group: list) -> None:
@@ -398,8 +473,10 @@ class Wal:
         for ch, size in self._group_sizes.values():
             ch.size_bytes = size
         for ch in touched.values():
+            if isinstance(ch.replica, LeaderRole):
+                self.replication.advance(ch)
             ch.notify()
-            self._publish_gauges(ch)
+            self.publish_gauges(ch)
 
     def _failed(self, group: list, exc: BaseException) -> None:
         log.error("write failed", extra={"error": repr(exc), "items": len(group)})
@@ -422,7 +499,7 @@ class Wal:
             ch.rewind_uncommitted()
             ch.notify()
 
-    def _publish_gauges(self, ch: Channel) -> None:
+    def publish_gauges(self, ch: Channel) -> None:
         m = self.metrics
         m.term.labels(ch.name).set(ch.term)
         m.log_size.labels(ch.name).set(ch.size_bytes)
@@ -431,18 +508,32 @@ class Wal:
     # -- reads -------------------------------------------------------------------------
 
     def read(
-        self, ch: Channel, offset: int, limit: int, max_bytes: int = READ_BYTES
+        self, ch: Channel, offset: int, limit: int, max_bytes: int = READ_BYTES, raw: bool = False
     ) -> list[tuple[int, bytes]]:
-        """Committed records from the one holding `offset` (up to `limit` records or about
-        `max_bytes`); empty when caught up."""
-        if offset >= ch.committed_next:
+        """Visible records (`raw`: every durable one) from the one holding `offset` (up to
+        `limit` records or about `max_bytes`); empty when caught up."""
+        end = ch.committed_next if raw else ch.visible_next
+        if offset >= end:
             return []
-        cached = ch.cached_from(offset, limit, max_bytes)
-        if cached is not None:
-            return cached
-        out = self.store.records_from(ch.name, offset, limit, max_bytes)
-        # Records past committed_next may be written but not yet acknowledged.
-        return [(b, v) for b, v in out if b < ch.committed_next]
+        out = ch.cached_from(offset, limit, max_bytes)
+        if out is None:
+            out = self.store.records_from(ch.name, offset, limit, max_bytes)
+        return _below(out, end)
+
+    async def read_raw(
+        self, ch: Channel, offset: int, limit: int, max_bytes: int
+    ) -> list[tuple[int, bytes]]:
+        """Durable records as `read(raw=True)`, reading RocksDB in a worker thread: a far
+        behind follower's catch-up must not stall the event loop."""
+        end = ch.committed_next
+        if offset >= end:
+            return []
+        out = ch.cached_from(offset, limit, max_bytes)
+        if out is None:
+            out = await asyncio.get_running_loop().run_in_executor(
+                None, self.store.records_from, ch.name, offset, limit, max_bytes
+            )
+        return _below(out, end)
 
     # -- housekeeping ------------------------------------------------------------------
 

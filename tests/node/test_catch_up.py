@@ -9,16 +9,18 @@ import pytest
 from streamwal.client.node_client import NodeClient
 from streamwal.client.policy import DeliverPolicy
 from streamwal.errors import ChannelNotExist, Inner
-from streamwal.node.divergence import divergence_point
+from streamwal.node.divergence import log_divergence
 
 
-def test_divergence_point_follows_the_source_term_history() -> None:
-    history = [(1, 0), (2, 60), (5, 90)]
-    assert divergence_point(100, 1, history) == 60  # our term-1 tail past 60 is not theirs
-    assert divergence_point(50, 1, history) is None  # we stop before they diverge
-    assert divergence_point(95, 2, history) == 90
-    assert divergence_point(95, 5, history) is None  # we are on their newest term
-    assert divergence_point(10, 0, []) is None
+def test_log_divergence_follows_both_term_histories() -> None:
+    theirs = [(1, 0), (2, 60), (5, 90)]
+    assert log_divergence([(1, 0)], 100, theirs, 120) == 60  # our term-1 tail is not theirs
+    assert log_divergence([(1, 0)], 50, theirs, 120) is None  # we stop before they diverge
+    assert log_divergence([(1, 0), (2, 60)], 95, theirs, 120) == 90
+    assert log_divergence(theirs, 95, theirs, 120) is None  # we are on their newest term
+    assert log_divergence([], 0, [], 10) is None
+    # a log that started above 0 (an unclean move) agrees where it says nothing
+    assert log_divergence([(1, 0)], 100, [(2, 60)], 80) == 60
 
 
 async def _read(c: NodeClient, pch: str, term: int) -> list:
