@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -233,14 +233,23 @@ class LogStore:
             yield _U64.unpack(key[plen:])[0], first_tick, count, len(value)
             it.next()
 
-    def truncate_from(self, name: str, offset: int) -> int:
-        """Drop every record at or after `offset` (and the producer windows, which may
-        name them); returns the bytes dropped. Synchronous and durable."""
+    def truncate_from(self, name: str, offset: int, keep_window: Callable[[bytes], bytes]) -> int:
+        """Drop every record at or after `offset`; each producer window (which may name
+        them) becomes `keep_window(window)`, deleted when empty. Returns the bytes dropped.
+        Synchronous and durable."""
         dropped = sum(len(v) for _, v in self.records_from(name, offset, 1 << 30) if v)
         wb = WriteBatch(raw_mode=True)
         wb.delete_range(log_key(name, offset), log_prefix(name) + _MAX_KEY + b"\xff")
         producers = b"p" + name.encode() + b"\0"
-        wb.delete_range(producers, producers + b"\xff" * 129)
+        it = self._db.iter(ReadOptions())
+        it.seek(producers)
+        while it.valid() and it.key().startswith(producers):
+            kept = keep_window(it.value())
+            if kept:
+                wb.put(it.key(), kept)
+            else:
+                wb.delete(it.key())
+            it.next()
         raw = self._db.get(_size_key(name))
         size = _U64.unpack(raw)[0] if raw else 0
         wb.put(_size_key(name), _U64.pack(max(0, size - dropped)))

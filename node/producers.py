@@ -50,6 +50,15 @@ class ProducerState:
         return state
 
 
+def window_below(raw: bytes, offset: int) -> bytes:
+    """A persisted window without the batches at or past `offset` (a log cut there)."""
+    return b"".join(
+        raw[i : i + _ENTRY.size]
+        for i in range(0, len(raw), _ENTRY.size)
+        if _ENTRY.unpack_from(raw, i)[1] < offset
+    )
+
+
 class Duplicate(Exception):
     """The batch was accepted before; `result` is what it got."""
 

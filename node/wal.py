@@ -30,6 +30,7 @@ from streamwal.node.producers import (
     ProducerState,
     check_sequence,
     record_accepted,
+    window_below,
 )
 from streamwal.node.replica import LeaderRole
 from streamwal.node.replication import Replication, parse_replica_set
@@ -332,7 +333,9 @@ class Wal:
     async def truncate_suffix(self, ch: Channel, offset: int) -> None:
         """Cut this node's divergent suffix (records from an unclean failover's loser)."""
         loop = asyncio.get_running_loop()
-        dropped = await loop.run_in_executor(None, self.store.truncate_from, ch.name, offset)
+        dropped = await loop.run_in_executor(
+            None, self.store.truncate_from, ch.name, offset, lambda w: window_below(w, offset)
+        )
         ch.meta = replace(ch.meta, history=cut_history(ch.meta.history, offset))
         await loop.run_in_executor(None, self.store.save_meta, ch.name, ch.meta)
         log.warning(
