@@ -6,6 +6,12 @@ settled node, and again right after the throughput run while RocksDB digests it)
 catch-up consume throughput from the start of the log, and the time a killed node with
 a large log on disk needs to serve again (spawn -> produce acknowledged -> consumed).
 Progress goes to stderr; the last stdout line is one JSON object.
+
+With `--replicas N` (odd, > 1) N node processes hold the pchannel: node 1 leads, the
+others follow it, and the producer is acknowledged at QUORUM (stored and synced on a
+majority). The run then also reports how long the followers need to catch up with the
+leader once the throughput run ends (`followers_caught_up_s`); the restart measurement
+is a single-node figure and is skipped.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from pathlib import Path
 import click
 
 from streamwal.client import encoding
-from streamwal.client.node_client import NodeClient
+from streamwal.client.node_client import NodeClient, replica_set
 from streamwal.client.policy import DeliverPolicy
 from streamwal.node.local import LocalNode
 
@@ -93,14 +99,61 @@ async def consume_all(nc: NodeClient, term: int, upto: int) -> tuple[int, float]
     return count, time.perf_counter() - started
 
 
-async def run(quick: bool, size: int, messages: int, restart_messages: int, workdir: Path) -> dict:
+def start_nodes(workdir: Path, replicas: int) -> list[LocalNode]:
+    """`replicas` node processes (one directory each), started in turn."""
+    nodes = []
+    try:
+        for i in range(1, replicas + 1):
+            name = "node" if replicas == 1 else f"node{i}"
+            nodes.append(
+                LocalNode(workdir / name, node_id=i, extra_args=("--log-level", "warning")).start()
+            )
+    except BaseException:
+        for node in nodes:
+            node.kill()
+        raise
+    return nodes
+
+
+async def assign_replicas(nodes: list[LocalNode], term: int) -> None:
+    """Node 1 leads `PCHANNEL` at `term`; the others follow it."""
+    members = [(n.node_id, n.address) for n in nodes]
+    for i, node in enumerate(nodes):
+        async with NodeClient(node.address) as nc:
+            rs = replica_set(i == 0, members, None if i == 0 else members[0])
+            await nc.assign(PCHANNEL, term, replica_set=rs)
+
+
+async def followers_caught_up(nc: NodeClient, followers: int, timeout: float = 120.0) -> float:
+    """Seconds until the leader reports every follower at its log end (lag 0)."""
+    started = time.perf_counter()
+    while time.perf_counter() - started < timeout:
+        status = (await nc.collect_status()).channels[0]
+        if len(status.replicas) >= followers and all(p.lag == 0 for p in status.replicas):
+            return time.perf_counter() - started
+        await asyncio.sleep(0.01)
+    raise TimeoutError(f"followers not caught up after {timeout}s")
+
+
+async def run(
+    quick: bool, size: int, messages: int, restart_messages: int, workdir: Path, replicas: int = 1
+) -> dict:
     from tqdm import tqdm
 
-    node = LocalNode(workdir / "node", extra_args=("--log-level", "warning")).start()
-    result: dict = {"payload_bytes": size, "durability": "sync (fsync per group commit)"}
+    nodes = start_nodes(workdir, replicas)
+    node = nodes[0]
+    result: dict = {
+        "payload_bytes": size,
+        "durability": "sync (fsync per group commit)",
+        "replicas": replicas,
+        "ack_level": "quorum" if replicas > 1 else "leader",
+    }
     try:
         async with NodeClient(node.address) as nc:
-            await nc.assign(PCHANNEL, 1)
+            if replicas > 1:
+                await assign_replicas(nodes, 1)
+            else:
+                await nc.assign(PCHANNEL, 1)
             producer = await nc.producer(PCHANNEL, 1)
             # warm-up: connections, code paths, RocksDB memtable
             await fill(producer, 40_000, size, BATCH, 8)
@@ -108,7 +161,8 @@ async def run(quick: bool, size: int, messages: int, restart_messages: int, work
             # One-at-a-time latency on a settled node: RocksDB is not yet digesting the
             # throughput run below (flushes and compactions of ~0.5 GB share the 2 cores;
             # that case is reported separately as produce_after_burst_*).
-            latency_sends = 2000 if quick else 20000
+            # (quick: fewer one-at-a-time sends with replicas, each waits for a quorum)
+            latency_sends = (2000 if replicas == 1 else 800) if quick else 20000
             lat = await one_at_a_time(producer, size, latency_sends, "latency")
             result["produce_p50_ms"] = round(statistics.median(lat), 3)
             result["produce_p99_ms"] = round(_percentile(lat, 0.99), 3)
@@ -119,6 +173,9 @@ async def run(quick: bool, size: int, messages: int, restart_messages: int, work
             result["produce_msgs"] = messages
             result["produce_msgs_per_s"] = round(messages / secs)
             result["produce_mb_per_s"] = round(messages * size / secs / 1e6, 1)
+            if replicas > 1:
+                waited = await followers_caught_up(nc, replicas - 1)
+                result["followers_caught_up_s"] = round(waited, 3)
 
             # Catch-up: read back everything written so far (the produce run and the
             # warm-up), from the start of the log.
@@ -132,6 +189,9 @@ async def run(quick: bool, size: int, messages: int, restart_messages: int, work
             result["produce_after_burst_p50_ms"] = round(statistics.median(lat), 3)
             result["produce_after_burst_p99_ms"] = round(_percentile(lat, 0.99), 3)
 
+            if replicas > 1:
+                await producer.close()
+                return result
             have = (await nc.collect_status()).channels[0].next_offset
             if restart_messages > have:
                 with tqdm(
@@ -145,7 +205,8 @@ async def run(quick: bool, size: int, messages: int, restart_messages: int, work
             status = await nc.collect_status()
             result["restart_messages_on_disk"] = status.channels[0].next_offset
     finally:
-        node.kill()
+        for n in nodes:
+            n.kill()
 
     started = time.perf_counter()
     node.start()
@@ -178,12 +239,26 @@ async def run(quick: bool, size: int, messages: int, restart_messages: int, work
     type=click.Path(file_okay=False),
     help="Where the node keeps data (default: a temp dir).",
 )
+@click.option(
+    "--replicas",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 9),
+    help="Node processes holding the pchannel (odd); > 1: acknowledged at QUORUM.",
+)
 def node(
-    quick: bool, size: int, messages: int | None, restart_messages: int | None, workdir: str | None
+    quick: bool,
+    size: int,
+    messages: int | None,
+    restart_messages: int | None,
+    workdir: str | None,
+    replicas: int,
 ) -> None:
     """Benchmark one node: produce throughput and latency, consume, restart time."""
+    if replicas % 2 == 0:
+        raise click.BadParameter("must be odd (1, 3, 5, 7 or 9)", param_hint="--replicas")
     messages = messages or (300_000 if quick else 2_000_000)
     restart_messages = restart_messages or (1_000_000 if quick else 10_000_000)
     with tempfile.TemporaryDirectory(prefix="streamwal-bench-", dir=workdir) as tmp:
-        result = asyncio.run(run(quick, size, messages, restart_messages, Path(tmp)))
+        result = asyncio.run(run(quick, size, messages, restart_messages, Path(tmp), replicas))
     click.echo(json.dumps(result))

@@ -38,3 +38,18 @@ def test_bench_node_prints_one_json_object_last(tmp_path: Path) -> None:
     # catch-up reads back everything written before it, warm-up and latency sends included
     assert result["consume_msgs"] >= 40_000
     assert "fsync" in result["durability"]
+
+
+@pytest.mark.timeout(120)
+def test_bench_node_with_three_replicas_acknowledges_at_quorum(tmp_path: Path) -> None:
+    streamwal = Path(sys.executable).with_name("streamwal")
+    out = subprocess.run(
+        [str(streamwal), "bench", "node", "--quick", "--replicas", "3", "--messages", "20000",
+         "--workdir", str(tmp_path)],
+        capture_output=True, text=True, timeout=110, check=True,
+    ).stdout  # fmt: skip
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["replicas"] == 3 and result["ack_level"] == "quorum"
+    for key in ("produce_msgs_per_s", "produce_p99_ms", "consume_msgs_per_s"):
+        assert result[key] > 0, key
+    assert result["followers_caught_up_s"] >= 0 and "restart_s" not in result

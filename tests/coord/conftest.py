@@ -161,10 +161,13 @@ class Cluster:
     def stub(self) -> cpbg.StreamingCoordChannelServiceStub:
         return cpbg.StreamingCoordChannelServiceStub(self.channel())
 
-    async def create(self, count: int, prefix: str = "") -> list[str]:
+    async def create(self, count: int, prefix: str = "", replicas: int = 1) -> list[str]:
         reply = await self.stub().CreateChannels(
             cpb.CreateChannelsRequest(
-                owner=cpb.OwnerDescription(role="test"), num_channels=count, prefix=prefix
+                owner=cpb.OwnerDescription(role="test"),
+                num_channels=count,
+                prefix=prefix,
+                replicas=replicas,
             ),
             timeout=10,
         )

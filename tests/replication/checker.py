@@ -14,6 +14,8 @@ replicas. The promises checked (issue 5's "Must show"):
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -84,6 +86,23 @@ async def read_replica(node: int, address: str, pchannel: str) -> ReplicaLog:
         if response.record:
             got.append((response.base_offset, response.record))
     return parse_log(node, got)
+
+
+async def read_replicas(
+    members: Mapping[int, str], pchannel: str, timeout: float = 30.0
+) -> dict[int, ReplicaLog]:
+    """Every member's log (node -> address), read together until their ends agree.
+
+    A leader appends idle time ticks, so logs read one after another rarely end alike;
+    reads repeat (bounded) until one snapshot does. After `timeout` the last snapshot is
+    returned and `check` reports the differing ends."""
+    deadline = time.monotonic() + timeout
+    while True:
+        read = await asyncio.gather(*(read_replica(n, a, pchannel) for n, a in members.items()))
+        logs = {log.node: log for log in read}
+        if len({log.end for log in read}) == 1 or time.monotonic() > deadline:
+            return logs
+        await asyncio.sleep(0.2)
 
 
 @dataclass

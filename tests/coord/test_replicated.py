@@ -1,0 +1,99 @@
+"""The coord with replicated pchannels against real node processes: placement on distinct
+nodes with one leader, the CLI, and re-replication of a lost follower onto a spare node.
+(Leader failovers under load are the fault test's: tests/replication/test_fault.py.)"""
+
+from __future__ import annotations
+
+from streamwal.client.node_client import NodeClient
+from streamwal.coord import state_machine as sm
+from streamwal.proto import streaming_pb2 as pb
+from tests.replication.checker import Acked, check, read_replicas
+from tests.support import wait_for
+
+
+async def roles(cluster, node_id: int, name: str) -> tuple[int, int] | None:
+    """(term, role) of `name` as node `node_id` reports it, None if it does not."""
+    async with NodeClient(cluster.node_address(node_id)) as nc:
+        status = await nc.collect_status()
+    for c in status.channels:
+        if c.pchannel.name == name:
+            return c.pchannel.term, c.role
+    return None
+
+
+async def settled(cluster, name: str, members: int = 3):
+    """The description once ASSIGNED with every follower reported by the leader, else None."""
+    d = (await cluster.describe()).get(name)
+    if d is None or d.meta.state != sm.ASSIGNED or len(d.members) != members:
+        return None
+    followers = {m.server_id for m in d.members} - {d.meta.node.server_id}
+    return d if followers <= {p.node_id for p in d.progress} else None
+
+
+async def test_replicated_channel_is_placed_led_and_described(cluster):
+    for i in (1, 2, 3):
+        await cluster.start_node(i)
+    await cluster.start_coord([1, 2, 3])
+    out = await cluster.cli("channel", "create", "--coord", cluster.coord_address,
+                            "--replicas", "3", "--prefix", "r")  # fmt: skip
+    name = out.strip()
+    d = await wait_for(lambda: settled(cluster, name), 20, 0.1, "3 replicas placed")
+    assert d.replicas == 3 and sorted(m.server_id for m in d.members) == [1, 2, 3]
+    leader, term = d.meta.node.server_id, d.meta.channel.term
+    for node in (1, 2, 3):
+        want = pb.REPLICA_ROLE_LEADER if node == leader else pb.REPLICA_ROLE_FOLLOWER
+        assert await roles(cluster, node, name) == (term, want)
+
+    text = await cluster.cli("channel", "describe", "--coord", cluster.coord_address, name)
+    assert "REPLICAS" in text and "3: " in text and f"{leader}*" in text, text
+
+    # An even count is refused with the rule, and nothing is created.
+    try:
+        await cluster.cli("channel", "create", "--coord", cluster.coord_address,
+                          "--replicas", "2", "--prefix", "even")  # fmt: skip
+        raise AssertionError("an even replica count was accepted")
+    except AssertionError as err:
+        assert "replicas must be odd" in str(err)
+    assert not [n for n in await cluster.describe() if n.startswith("even")]
+
+    # Destroy lets go on every member, followers included.
+    await cluster.cli("channel", "destroy", "--coord", cluster.coord_address, name)
+
+    async def released() -> bool:
+        return [await roles(cluster, n, name) for n in (1, 2, 3)] == [None, None, None]
+
+    await wait_for(released, 10, 0.1, "every replica released")
+
+
+async def test_lost_follower_is_replaced_and_the_new_member_catches_up(cluster):
+    for i in (1, 2, 3, 4):
+        await cluster.start_node(i)
+    await cluster.start_coord([1, 2, 3, 4])
+    (name,) = await cluster.create(1, prefix="rr", replicas=3)
+    d = await wait_for(lambda: settled(cluster, name), 20, 0.1, "3 replicas placed")
+    members = [m.server_id for m in d.members]
+    spare = ({1, 2, 3, 4} - set(members)).pop()
+    leader, term = d.meta.node.server_id, d.meta.channel.term
+    async with NodeClient(cluster.node_address(leader)) as nc:
+        producer = await nc.producer(name, term)
+        acked = [await producer.send(f"m:{i}".encode()) for i in range(100)]
+        await producer.close()
+
+    victim = next(m for m in members if m != leader)
+    cluster.kill_node(victim)  # for good: past the grace period it is replaced
+
+    async def replaced():
+        d = await settled(cluster, name)
+        if d is None or spare not in {m.server_id for m in d.members}:
+            return None
+        progress = {p.node_id: p for p in d.progress}
+        return d if progress[spare].acked_offset >= acked[-1].offset + 1 else None
+
+    d = await wait_for(replaced, 30, 0.1, f"node {spare} replacing node {victim}")
+    assert d.meta.channel.term > term and victim not in {m.server_id for m in d.members}
+    await wait_for(
+        lambda: cluster.coord_events("replica set change complete"), 20, 0.1, "joint complete"
+    )
+    logs = await read_replicas({m.server_id: m.address for m in d.members}, name)
+    verdict = check(logs, [Acked("m", i, r.offset) for i, r in enumerate(acked)])
+    assert verdict.ok, verdict.summary()
