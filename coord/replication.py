@@ -67,6 +67,8 @@ class ReplicationDriver:
         self.coord = coord
         # The latest CollectStatus of every node: (probe start, {pchannel: status}).
         self.reports: dict[int, tuple[float, dict[str, pb.PChannelStatus]]] = {}
+        # When a member was last assigned on its own (rejoin): only a later probe tells.
+        self._rejoined_at: dict[tuple[str, int], float] = {}
 
     # ----------------------------------------------------------------- observations
 
@@ -110,7 +112,8 @@ class ReplicationDriver:
         out = set()
         for node in member_ids(record):
             report = self.reports.get(node)
-            if report is None or report[0] <= assigned_at:
+            since = max(assigned_at, self._rejoined_at.get((name, node), 0.0))
+            if report is None or report[0] <= since:
                 continue
             status = report[1].get(name)
             want = LEADER if node == meta.node.server_id else FOLLOWER
@@ -322,6 +325,7 @@ class ReplicationDriver:
         members: list[pb.StreamingNodeInfo],
     ) -> bool:
         """Best effort: a follower that fails here rejoins on a later round."""
+        self._rejoined_at[(name, node.server_id)] = self.coord.clock()
         try:
             await self.coord.links.assign(
                 node.address,

@@ -4,6 +4,9 @@ nodes with one leader, the CLI, and re-replication of a lost follower onto a spa
 
 from __future__ import annotations
 
+import asyncio
+import urllib.request
+
 from streamwal.client.node_client import NodeClient
 from streamwal.coord import state_machine as sm
 from streamwal.proto import streaming_pb2 as pb
@@ -33,7 +36,8 @@ async def settled(cluster, name: str, members: int = 3):
 async def test_replicated_channel_is_placed_led_and_described(cluster):
     for i in (1, 2, 3):
         await cluster.start_node(i)
-    await cluster.start_coord([1, 2, 3])
+    metrics_port = cluster.free_port()
+    await cluster.start_coord([1, 2, 3], "--metrics", f"127.0.0.1:{metrics_port}")
     out = await cluster.cli("channel", "create", "--coord", cluster.coord_address,
                             "--replicas", "3", "--prefix", "r")  # fmt: skip
     name = out.strip()
@@ -43,6 +47,16 @@ async def test_replicated_channel_is_placed_led_and_described(cluster):
     for node in (1, 2, 3):
         want = pb.REPLICA_ROLE_LEADER if node == leader else pb.REPLICA_ROLE_FOLLOWER
         assert await roles(cluster, node, name) == (term, want)
+
+    def scrape() -> str:
+        url = f"http://127.0.0.1:{metrics_port}/metrics"
+        return urllib.request.urlopen(url).read().decode()
+
+    followers = sorted({1, 2, 3} - {leader})
+    metrics = await asyncio.to_thread(scrape)
+    for node in followers:
+        assert f'streamwal_replica_lag{{node="{node}",pchannel="{name}"}}' in metrics, metrics
+    assert f'streamwal_pchannel_commit_offset{{pchannel="{name}"}}' in metrics
 
     text = await cluster.cli("channel", "describe", "--coord", cluster.coord_address, name)
     assert "REPLICAS" in text and "3: " in text and f"{leader}*" in text, text
