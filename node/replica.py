@@ -94,6 +94,7 @@ class FollowerRole:
         self.leader = leader
         self.ordinal = ordinal
         self.task: asyncio.Task | None = None
+        self.writing: asyncio.Future | None = None  # the last synced write of copied records
         self.stopped: StreamingError | None = None
 
     @property

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 from typing import TYPE_CHECKING
 
@@ -29,7 +30,7 @@ from streamwal.grpc_errors import from_rpc_error
 from streamwal.node import records
 from streamwal.node import replication_rules as rules
 from streamwal.node.channel import Channel
-from streamwal.node.replica import FollowerRole, LeaderRole, Member, Progress
+from streamwal.node.replica import FollowerRole, LeaderRole, Member, Progress, Role
 from streamwal.proto import streaming_pb2 as pb
 from streamwal.transport import make_channel
 
@@ -130,6 +131,13 @@ class Replication:
         ch.replica = None
         ch.notify()
         log.info("replica role ended", extra={"pchannel": ch.name, "term": role.term})
+
+    async def settle(self, role: Role | None) -> None:
+        """Wait for the last write of a stopped follower role (its task was cancelled, the
+        write in the worker thread goes on): the state it already shows must be durable."""
+        if isinstance(role, FollowerRole) and role.writing is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(role.writing)
 
     def advance(self, ch: Channel) -> None:
         """Recompute a leader's commit offset (after a local sync or a follower's ack)."""
@@ -336,7 +344,9 @@ class Replication:
             return False
         store.put_size(wb, ch.name, ch.size_bytes)
         store.put_commit(wb, ch.name, ch.commit)
-        await asyncio.get_running_loop().run_in_executor(None, store.write_synced, wb)
+        write = asyncio.get_running_loop().run_in_executor(None, store.write_synced, wb)
+        role.writing = write  # a Fence waits for it: the log end it reports must be on disk
+        await asyncio.shield(write)
         self.wal.publish_gauges(ch)
         return True
 

@@ -190,7 +190,9 @@ class Wal:
             ch = Channel(name, meta, self.store.tail(name))
             self.channels[name] = ch
         else:
+            role = ch.replica
             self.replication.stop_role(ch, None)
+            await self.replication.settle(role)
             await self._drain(ch)
         if catch_up_from:
             try:
@@ -253,9 +255,11 @@ class Wal:
             await asyncio.get_running_loop().run_in_executor(None, self.store.save_meta, name, meta)
         elif term > ch.meta.term:
             ch.meta = replace(ch.meta, term=term)
+            role = ch.replica
             self.replication.stop_role(
                 ch, ChannelFenced(f"pchannel {name!r} was fenced at term {term}")
             )
+            await self.replication.settle(role)
             await asyncio.get_running_loop().run_in_executor(
                 None, self.store.save_meta, name, ch.meta
             )
