@@ -49,15 +49,20 @@ def desired_members(
     live: Collection[int],
     drained: Collection[int],
     loads: Mapping[int, int],
+    leader: int | None = None,
 ) -> list[int]:
     """The set to have: lost or drained members replaced in place, then filled to `wanted`.
 
     A member is replaced only by an eligible non-member; without one it stays (a lost node
-    may come back, a drained one still holds data). The order of kept members is kept
-    (a member's ordinal is its index).
+    may come back, a drained one still holds data). An alive `leader` is never replaced:
+    it may hold the only copy of the newest records, so it first hands over (see
+    `next_step`) and is replaced as a follower. The order of kept members is kept (a
+    member's ordinal is its index).
     """
     out = list(members)
-    gone = [i for i, n in enumerate(out) if n not in set(alive) or n in set(drained)]
+    gone = [
+        i for i, n in enumerate(out) if n not in set(alive) or (n in set(drained) and n != leader)
+    ]
     spare = place(len(gone) + max(wanted - len(out), 0), loads, live, drained, exclude=out)
     for i in gone:
         if not spare:
@@ -104,6 +109,7 @@ class ChannelView:
     previous: tuple[int, ...]  # the joint set while a change is pending, else empty
     wanted: int
     missing: frozenset[int]  # members probed since the assignment that do not serve it
+    caught_up: frozenset[int] = frozenset()  # followers the leader reports at its log end
 
 
 def next_step(
@@ -126,7 +132,7 @@ def next_step(
     target = (
         list(view.members)
         if view.previous
-        else desired_members(view.members, view.wanted, alive, live, drained, loads)
+        else desired_members(view.members, view.wanted, alive, live, drained, loads, view.leader)
     )
     if not view.assigned:
         return TermChange("resume", tuple(target))
@@ -134,6 +140,10 @@ def next_step(
         return TermChange("failover", tuple(target))
     if tuple(target) != view.members:
         return TermChange("reconfigure", tuple(target))
+    if view.leader in set(drained) and view.caught_up - set(drained):
+        # A drained leader hands over to a follower that holds its whole log (the choice
+        # prefers non-drained nodes among the most complete logs).
+        return TermChange("handover", tuple(target))
     back = tuple(n for n in view.members if n in view.missing and n in set(live))
     return Rejoin(back) if back else None
 

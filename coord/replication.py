@@ -45,6 +45,7 @@ log = logging.getLogger("streamwal.coord.replication")
 
 LEADER = pb.ReplicaRole.REPLICA_ROLE_LEADER
 FOLLOWER = pb.ReplicaRole.REPLICA_ROLE_FOLLOWER
+HANDOVER_BACKOFF = 5.0  # seconds before a drained leader that kept leading tries again
 
 
 def is_replicated(record: cpb.ChannelRecord) -> bool:
@@ -69,6 +70,8 @@ class ReplicationDriver:
         self.reports: dict[int, tuple[float, dict[str, pb.PChannelStatus]]] = {}
         # When a member was last assigned on its own (rejoin): only a later probe tells.
         self._rejoined_at: dict[tuple[str, int], float] = {}
+        # A handover the drained leader won (it still had the longest log): retry later.
+        self._handover_after: dict[str, float] = {}
 
     # ----------------------------------------------------------------- observations
 
@@ -132,7 +135,17 @@ class ReplicationDriver:
             previous=tuple(m.server_id for m in record.previous_members),
             wanted=max(record.replicas, 1),
             missing=self.missing(record) if meta.state == sm.ASSIGNED else frozenset(),
+            caught_up=self.caught_up(record),
         )
+
+    def caught_up(self, record: cpb.ChannelRecord) -> frozenset[int]:
+        """Followers the leader last reported at its log end (lag 0)."""
+        status = self.leader_status(record)
+        if status is None or self.coord.clock() < self._handover_after.get(
+            record.meta.channel.name, 0
+        ):
+            return frozenset()
+        return frozenset(p.node_id for p in status.replicas if p.lag == 0)
 
     # ----------------------------------------------------------------- the round
 
@@ -258,7 +271,7 @@ class ReplicationDriver:
                 {r.node: r for r in reports},
                 [v for v in voters if v] or [change.members],
                 candidates=[n for n in change.members if n in alive],
-                rank=lambda n: (n != old_leader, n in drained, leaders.get(n, 0), n),
+                rank=lambda n: (n in drained, n != old_leader, leaders.get(n, 0), n),
             )
             if isinstance(choice, lc.NoChoice):
                 log.warning(
@@ -310,6 +323,8 @@ class ReplicationDriver:
             await coord._persist(name, record)
             coord._assigned_at[name] = coord.clock()
             coord._crash_point(sm.Step.PERSIST_ASSIGNED, name)
+        if change.reason == "handover" and choice.leader == old_leader:
+            self._handover_after[name] = coord.clock() + HANDOVER_BACKOFF
         self._report_done(name, change, before, record, choice)
         return True
 

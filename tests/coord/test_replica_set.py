@@ -105,3 +105,13 @@ def test_joint_complete_when_every_member_acked_the_change_point() -> None:
     assert not joint_complete([1, 2, 4], 1, 100, {2: 100, 4: 99})
     assert joint_complete([1, 2, 4], 1, 100, {2: 120, 4: 100})
     assert not joint_complete([1, 2, 4], 1, 100, {2: 120})
+
+
+def test_a_drained_leader_is_kept_until_it_hands_over_to_a_caught_up_follower() -> None:
+    # a spare exists, but the alive drained leader is not replaced in place
+    assert desired_members([1, 2, 3], 3, ALL, ALL, [1], {}, leader=1) == [1, 2, 3]
+    assert next_step(view(), ALL, ALL, [1], {}) is None  # nobody caught up yet
+    step = next_step(view(caught_up=frozenset({3})), ALL, ALL, [1], {})
+    assert step == TermChange("handover", (1, 2, 3))
+    # once it follows, the drained node is replaced by the spare
+    assert next_step(view(leader=3), ALL, ALL, [1], {}) == TermChange("reconfigure", (4, 2, 3))

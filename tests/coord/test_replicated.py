@@ -9,6 +9,7 @@ import urllib.request
 
 from streamwal.client.node_client import NodeClient
 from streamwal.coord import state_machine as sm
+from streamwal.proto import coord_pb2 as cpb
 from streamwal.proto import streaming_pb2 as pb
 from tests.replication.checker import Acked, check, read_replicas
 from tests.support import wait_for
@@ -108,6 +109,32 @@ async def test_lost_follower_is_replaced_and_the_new_member_catches_up(cluster):
     await wait_for(
         lambda: cluster.coord_events("replica set change complete"), 20, 0.1, "joint complete"
     )
+    logs = await read_replicas({m.server_id: m.address for m in d.members}, name)
+    verdict = check(logs, [Acked("m", i, r.offset) for i, r in enumerate(acked)])
+    assert verdict.ok, verdict.summary()
+
+
+async def test_drained_leader_hands_over_to_an_up_to_date_follower(cluster):
+    for i in (1, 2, 3):
+        await cluster.start_node(i)
+    await cluster.start_coord([1, 2, 3])
+    (name,) = await cluster.create(1, prefix="rd", replicas=3)
+    d = await wait_for(lambda: settled(cluster, name), 20, 0.1, "3 replicas placed")
+    leader, term = d.meta.node.server_id, d.meta.channel.term
+    async with NodeClient(cluster.node_address(leader)) as nc:
+        producer = await nc.producer(name, term)
+        acked = [await producer.send(f"m:{i}".encode()) for i in range(50)]
+        await producer.close()
+    await cluster.stub().DrainNode(cpb.DrainNodeRequest(server_id=leader), timeout=5)
+
+    async def handed_over():
+        d = await settled(cluster, name)
+        return d if d is not None and d.meta.node.server_id != leader else None
+
+    d = await wait_for(handed_over, 20, 0.1, "a new leader off the drained node")
+    # no spare node: the drained one stays, as a follower, and keeps the log
+    assert sorted(m.server_id for m in d.members) == [1, 2, 3] and d.meta.channel.term > term
+    assert await roles(cluster, leader, name) == (d.meta.channel.term, pb.REPLICA_ROLE_FOLLOWER)
     logs = await read_replicas({m.server_id: m.address for m in d.members}, name)
     verdict = check(logs, [Acked("m", i, r.offset) for i, r in enumerate(acked)])
     assert verdict.ok, verdict.summary()
