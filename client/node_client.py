@@ -19,15 +19,18 @@ from grpc import aio
 
 from streamwal.client import encoding
 from streamwal.client.policy import DeliverPolicy
+from streamwal.client.txn import Txn
 from streamwal.errors import (
     InvalidRequestSeq,
+    InvalidTransactionState,
     StreamingError,
     Unavailable,
     is_fencing_error,
 )
 from streamwal.grpc_errors import from_rpc_error
-from streamwal.ids import decode_offset
+from streamwal.ids import decode_offset, encode_offset
 from streamwal.message import DEFAULT_MSG_TYPE, PROP_TERM, PROP_TIME_TICK, PROP_TYPE, PROP_VCHANNEL
+from streamwal.proto import groups_pb2 as gpb
 from streamwal.proto import milvus_pb2
 from streamwal.proto import streaming_pb2 as pb
 from streamwal.transport import TransportConfig, make_channel
@@ -41,6 +44,7 @@ ACK_LEVELS = {
     "leader": pb.ACK_LEVEL_LEADER,
     "quorum": pb.ACK_LEVEL_QUORUM,
 }
+_GROUPS = "/streamwal.groups.StreamingNodeConsumerGroupService/"
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +185,55 @@ class NodeClient:
             milvus_pb2.ComponentStates,
         )
 
+    # -- consumer groups (RocksMQ-style, seed 001): cursors kept by the node ----------------
+    # Each call names the pchannel and the term it is served under, like producer() and
+    # consumer(); errors: ChannelNotExist / UnmatchedChannelTerm / ChannelFenced for the
+    # pchannel, ConsumerGroupNotExist for an unknown group. Cursors live in the pchannel's
+    # log, so they survive node restarts and move with the pchannel.
+
+    async def create_consumer_group(self, pchannel: str, term: int, group: str) -> int:
+        """Create `group` with its cursor at the oldest retained offset (returned); raises
+        ConsumerGroupExist if it exists (not idempotent: two creators learn of each other)."""
+        resp = await self._unary(
+            _GROUPS + "CreateConsumerGroup",
+            gpb.CreateConsumerGroupRequest(pchannel=_info(pchannel, term), group=group),
+            gpb.CreateConsumerGroupResponse,
+        )
+        return resp.cursor
+
+    async def destroy_consumer_group(self, pchannel: str, term: int, group: str) -> None:
+        await self._unary(
+            _GROUPS + "DestroyConsumerGroup",
+            gpb.DestroyConsumerGroupRequest(pchannel=_info(pchannel, term), group=group),
+            gpb.DestroyConsumerGroupResponse,
+        )
+
+    async def group_consume(
+        self, pchannel: str, term: int, group: str, n: int
+    ) -> list[ConsumedMessage]:
+        """Up to `n` messages after the group's cursor, which the node advances past them
+        before answering: concurrent consumers of a group never get the same message
+        (at most once: messages lost with a broken call are not delivered again). Empty
+        when the group has read everything. TimeTick messages are left out; a committed
+        txn is never split: one larger than `n` comes whole."""
+        resp = await self._unary(
+            _GROUPS + "GroupConsume",
+            gpb.GroupConsumeRequest(pchannel=_info(pchannel, term), group=group, max_messages=n),
+            gpb.GroupConsumeResponse,
+        )
+        return [m for b in resp.batches for m in decode_batch(b)]
+
+    async def group_seek(
+        self, pchannel: str, term: int, group: str, message_id: int | pb.MessageID
+    ) -> None:
+        """The group's next consume starts at `message_id` (an offset or a MessageID)."""
+        mid = message_id if isinstance(message_id, pb.MessageID) else _message_id(message_id)
+        await self._unary(
+            _GROUPS + "GroupSeek",
+            gpb.GroupSeekRequest(pchannel=_info(pchannel, term), group=group, message_id=mid),
+            gpb.GroupSeekResponse,
+        )
+
     async def producer(self, pchannel: str, term: int, **options) -> Producer:
         producer = Producer(self._channel, pchannel, term, **options)
         await producer.open()
@@ -209,6 +262,14 @@ class NodeClient:
         )
         await consumer.open()
         return consumer
+
+
+def _info(pchannel: str, term: int) -> pb.PChannelInfo:
+    return pb.PChannelInfo(name=pchannel, term=term)
+
+
+def _message_id(offset: int) -> pb.MessageID:
+    return pb.MessageID(id=encode_offset(offset))
 
 
 async def _open_stream(channel: aio.Channel, rpc: str, header, response_cls, serializer):
@@ -242,6 +303,24 @@ class _Batch:
         self.sequence = 0
         self.barrier = barrier  # every tick of the batch must be above it
         self.future: asyncio.Future = asyncio.get_running_loop().create_future()
+
+
+class _TxnOp(_Batch):
+    """A txn request queued like a batch: same order on the stream, same in-flight slots.
+    Only a commit takes a sequence number (only it appends)."""
+
+    __slots__ = ("commit", "request")
+
+    def __init__(self, request: pb.TxnRequest, commit: bool) -> None:
+        super().__init__()
+        self.request = request
+        self.commit = commit
+
+    def frame(self, request_id: int) -> bytes:
+        self.request.request_id = request_id
+        if self.commit:
+            self.request.commit.sequence = self.sequence
+        return pb.ProduceRequest(txn=self.request).SerializeToString()
 
 
 class Producer:
@@ -332,6 +411,36 @@ class Producer:
                 self._props_cache[key] = blob
         return blob
 
+    def encode(
+        self,
+        payload: bytes,
+        vchannel: str | None = None,
+        msg_type: int | None = None,
+        properties: Mapping[str, str] | None = None,
+    ) -> bytes:
+        """One message as `send` would write it (an element of a MessageBatch)."""
+        return encoding.encode_entry(payload, self._props(vchannel, msg_type, properties))
+
+    async def begin_txn(self, vchannel: str, keepalive: float | None = None) -> Txn:
+        """Begin a transaction on `vchannel` (a vchannel of this producer's pchannel).
+
+        `keepalive` (seconds) is how long the txn may go without an append before the node
+        expires it; None uses the node's default (`streamwal node --txn-keepalive`). See
+        client/txn.py for append / commit / rollback and their errors.
+        """
+        keepalive_ms = 0 if keepalive is None else max(1, round(keepalive * 1000))
+        resp = await self.txn_request(
+            pb.TxnRequest(begin=pb.TxnBegin(vchannel=vchannel, keepalive_ms=keepalive_ms))
+        )
+        return Txn(self, vchannel, resp.begun.txn_id, resp.begun.keepalive_ms / 1000)
+
+    async def txn_request(self, request: pb.TxnRequest, commit: bool = False) -> pb.TxnResponse:
+        """Send a TxnRequest on this producer's stream; the node's answer, or its error."""
+        self._raise_if_failed()
+        op = _TxnOp(request, commit)
+        self._queue.put_nowait(op)
+        return await asyncio.shield(op.future)
+
     async def send(
         self,
         payload: bytes,
@@ -414,14 +523,18 @@ class Producer:
                         return
                     _fail_batch(batch, self._error)
                     continue
-                if not batch.sequence:
+                is_txn = isinstance(batch, _TxnOp)
+                if not batch.sequence and (not is_txn or batch.commit):
                     batch.sequence = self._next_sequence
                     self._next_sequence += 1
                 rid = next(self._ids)
                 self._waiting[rid] = batch
-                frame = encoding.produce_batch_frame(
-                    rid, b"".join(batch.entries), batch.sequence, batch.barrier
-                )
+                if is_txn:
+                    frame = batch.frame(rid)
+                else:
+                    frame = encoding.produce_batch_frame(
+                        rid, b"".join(batch.entries), batch.sequence, batch.barrier
+                    )
                 await self._call.write(frame)
         except asyncio.CancelledError:
             raise
@@ -454,6 +567,8 @@ class Producer:
                         batch.future.set_result(
                             (decode_offset(r.result.first_id.id), r.result.first_time_tick)
                         )
+                elif kind == "txn":
+                    self._txn_answered(resp.txn)
                 elif kind == "close":
                     break
             self._fail(Unavailable("producer stream closed"))
@@ -461,6 +576,21 @@ class Producer:
             self._fail(from_rpc_error(exc))
         except asyncio.CancelledError:
             raise
+
+    def _txn_answered(self, r: pb.TxnResponse) -> None:
+        op = self._waiting.pop(r.request_id, None)
+        self._slots.release()
+        if op is None or op.future.done():
+            return
+        if r.WhichOneof("response") != "error":
+            op.future.set_result(r)
+            return
+        err = StreamingError.from_proto(r.error)
+        if self._resendable and op.commit and is_fencing_error(err):
+            self._waiting[r.request_id] = op  # a commit is resent like a batch
+            self._fail(err)
+            return
+        op.future.set_exception(err)
 
     def _fail(self, err: StreamingError) -> None:
         if self._error is None:
@@ -488,7 +618,10 @@ class Producer:
             queued.append(self._queue.get_nowait())
         pending += [b for b in queued if not b.future.done() and b not in pending]
         self._open_batch = None
-        return pending
+        for op in pending:  # txns stay on their node: only a commit's outcome can be asked
+            if isinstance(op, _TxnOp) and not op.commit:
+                _fail_batch(op, InvalidTransactionState("txn lost: the pchannel moved"))
+        return [b for b in pending if not b.future.done()]
 
     def adopt(self, batches: list[_Batch]) -> None:
         """Send `batches` (from a broken producer with the same id) before anything new."""

@@ -13,6 +13,7 @@ from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from streamwal.client.node_client import AppendResult, ConsumedMessage, NodeClient
+from streamwal.client.txn import Txn, TxnResult
 from streamwal.proto import streaming_pb2 as pb
 from streamwal.transport import TransportConfig
 
@@ -35,10 +36,42 @@ class _Portal:
         self._thread.join(5)
 
 
+class SyncTxn:
+    """Blocking twin of client/txn.py's Txn (same methods, same errors)."""
+
+    def __init__(self, portal: _Portal, txn: Txn) -> None:
+        self._portal = portal
+        self._txn = txn
+        self.vchannel = txn.vchannel
+        self.txn_id = txn.txn_id
+        self.keepalive = txn.keepalive
+
+    def append(
+        self,
+        payload: bytes,
+        *,
+        msg_type: int | None = None,
+        properties: Mapping[str, str] | None = None,
+    ) -> None:
+        self._portal.call(self._txn.append(payload, msg_type=msg_type, properties=properties))
+
+    def commit(self) -> TxnResult:
+        return self._portal.call(self._txn.commit())
+
+    def rollback(self) -> None:
+        self._portal.call(self._txn.rollback())
+
+
 class SyncProducer:
     def __init__(self, portal: _Portal, producer) -> None:
         self._portal = portal
         self._producer = producer
+
+    def begin_txn(self, vchannel: str, keepalive: float | None = None) -> SyncTxn:
+        """See Producer.begin_txn: a txn on `vchannel`, None keepalive = the node's default."""
+        return SyncTxn(
+            self._portal, self._portal.call(self._producer.begin_txn(vchannel, keepalive))
+        )
 
     def send(
         self,
@@ -134,6 +167,22 @@ class SyncNodeClient:
 
     def collect_status(self) -> pb.StreamingNodeManagerCollectStatusResponse:
         return self._portal.call(self._client.collect_status())
+
+    def create_consumer_group(self, pchannel: str, term: int, group: str) -> int:
+        """See NodeClient.create_consumer_group (cursor at the oldest offset, returned)."""
+        return self._portal.call(self._client.create_consumer_group(pchannel, term, group))
+
+    def destroy_consumer_group(self, pchannel: str, term: int, group: str) -> None:
+        self._portal.call(self._client.destroy_consumer_group(pchannel, term, group))
+
+    def group_consume(self, pchannel: str, term: int, group: str, n: int) -> list[ConsumedMessage]:
+        """See NodeClient.group_consume: up to n messages, the group's cursor moved past them."""
+        return self._portal.call(self._client.group_consume(pchannel, term, group, n))
+
+    def group_seek(
+        self, pchannel: str, term: int, group: str, message_id: int | pb.MessageID
+    ) -> None:
+        self._portal.call(self._client.group_seek(pchannel, term, group, message_id))
 
     def producer(self, pchannel: str, term: int, **options) -> SyncProducer:
         return SyncProducer(

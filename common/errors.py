@@ -96,6 +96,26 @@ class Unsupported(StreamingError):
     code = Code.STREAMING_CODE_UNSUPPORTED
 
 
+class TransactionExpired(StreamingError):
+    """The txn saw no append within its keepalive and was rolled back by the node."""
+
+    code = Code.STREAMING_CODE_TRANSACTION_EXPIRED
+
+
+class InvalidTransactionState(StreamingError):
+    """The txn was committed, rolled back or lost (node restart, term change, stream end)."""
+
+    code = Code.STREAMING_CODE_INVALID_TRANSACTION_STATE
+
+
+class ConsumerGroupExist(StreamingError):
+    code = Code.STREAMING_CODE_CONSUMER_GROUP_EXIST
+
+
+class ConsumerGroupNotExist(StreamingError):
+    code = Code.STREAMING_CODE_CONSUMER_GROUP_NOT_EXIST
+
+
 _BY_CODE: dict[int, type[StreamingError]] = {
     cls.code: cls
     for cls in (
@@ -112,6 +132,10 @@ _BY_CODE: dict[int, type[StreamingError]] = {
         ResourceKeyConflict,
         BroadcastNotFound,
         Unsupported,
+        TransactionExpired,
+        InvalidTransactionState,
+        ConsumerGroupExist,
+        ConsumerGroupNotExist,
     )
 }
 

@@ -71,6 +71,14 @@ class MsgType(IntEnum):
     SegmentStatistics = 1206
     SegmentFlushDone = 1207
     DataNodeTt = 1208
+    # Transactions: the codes of Milvus's streaming MessageType (messages.proto), which
+    # seed 001's MsgType leaves free. The node writes no marker messages (a committed txn
+    # is one record whose messages share the commit's tick, node/records.py); the codes
+    # are for layers above that want to tag or group txn messages.
+    BeginTxn = 900
+    CommitTxn = 901
+    RollbackTxn = 902
+    Txn = 999
 
 
 DEFAULT_MSG_TYPE = MsgType.Insert

@@ -46,6 +46,17 @@ from streamwal.units import parse_duration_ms, parse_size
     help="How often retention bounds are applied.",
 )
 @click.option(
+    "--txn-keepalive",
+    default="10s",
+    show_default=True,
+    help="A txn without an append for this long expires (rolled back); clients may set "
+    "their own per txn.",
+)
+@click.option("--txn-max-bytes", default="16MiB", show_default=True, help="Buffered bytes per txn.")
+@click.option(
+    "--txn-max-open", default=1024, show_default=True, type=int, help="Open txns per node."
+)
+@click.option(
     "--port-file",
     default=None,
     help="Write the bound port here once serving (for --listen HOST:0).",
@@ -62,6 +73,9 @@ def node(
     retention_age: str,
     retention_size: str,
     retention_check_interval: str,
+    txn_keepalive: str,
+    txn_max_bytes: str,
+    txn_max_open: int,
     port_file: str | None,
     log_level: str,
 ) -> None:
@@ -80,6 +94,9 @@ def node(
         default_retention_age_ms=parse_duration_ms(retention_age),
         default_retention_bytes=parse_size(retention_size),
         retention_check_interval_s=parse_duration_ms(retention_check_interval) / 1000,
+        txn_keepalive_s=parse_duration_ms(txn_keepalive) / 1000,
+        txn_max_bytes=parse_size(txn_max_bytes),
+        txn_max_open=txn_max_open,
         port_file=port_file,
     )
     _run(NodeServer(config).serve_forever())

@@ -21,5 +21,9 @@ class NodeConfig:
     default_retention_bytes: int = 0
     # A producer stream stops reading requests while this many bytes await their ack.
     max_inflight_bytes_per_producer: int = 64 * 1024 * 1024
+    # Transactions (node/txn.py): default keepalive, buffered bytes per txn, open txns.
+    txn_keepalive_s: float = 10.0
+    txn_max_bytes: int = 16 * 1024 * 1024
+    txn_max_open: int = 1024
     # Written with the bound port once serving: lets a supervisor use --listen HOST:0.
     port_file: str | None = None

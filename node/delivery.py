@@ -14,6 +14,7 @@ from itertools import pairwise
 from streamwal.errors import InvalidArgument
 from streamwal.ids import decode_offset, encode_offset
 from streamwal.message import PROP_TERM, PROP_TIME_TICK, PROP_TYPE, PROP_VCHANNEL, MsgType
+from streamwal.node import records
 from streamwal.node.records import Record
 from streamwal.proto import streaming_pb2 as pb
 
@@ -85,18 +86,33 @@ class Slice:
 def select(
     base: int, rec: Record, from_offset: int, filters: Filters, end_offset: int | None = None
 ) -> Slice | None:
-    """The part of a record (base offset `base`) in [from_offset, end_offset) passing filters."""
-    skip = max(from_offset - base, filters.min_tick - rec.first_tick, 0)
+    """The part of a record (base offset `base`) in [from_offset, end_offset) passing filters.
+
+    Internal records (cursor snapshots) are never delivered. A txn's messages share one
+    tick, so a tick filter takes all of them or none.
+    """
+    if rec.internal:
+        return None
+    shared = bool(rec.flags & records.FLAG_SHARED_TICK)
+    below_tick = filters.min_tick - rec.first_tick
+    if shared and below_tick > 0:
+        below_tick = rec.count
+    skip = max(from_offset - base, below_tick, 0)
     stop = rec.count if end_offset is None else min(rec.count, end_offset - base)
     if skip >= stop:
         return None
     if filters.vchannel is None:
-        if skip == 0 and stop == rec.count:
-            return Slice(base, rec.first_tick, rec.body, rec.count)
-        batch = pb.MessageBatch.FromString(rec.body)
-        del batch.messages[stop:]
-        del batch.messages[:skip]
-        return Slice(base + skip, rec.first_tick + skip, batch.SerializeToString(), stop - skip)
+        body, count = rec.body, stop - skip
+        if skip or stop < rec.count:
+            batch = pb.MessageBatch.FromString(rec.body)
+            del batch.messages[stop:]
+            del batch.messages[:skip]
+            body = batch.SerializeToString()
+        if shared:  # one run per message, all at the commit's tick
+            return Slice(
+                base + skip, rec.first_tick, body, count, tick_runs=[(1, rec.first_tick)] * count
+            )
+        return Slice(base + skip, rec.first_tick + skip, body, count)
     batch = pb.MessageBatch.FromString(rec.body)
     keep = pb.MessageBatch()
     offsets: list[int] = []
@@ -107,7 +123,7 @@ def select(
         if props.get(PROP_VCHANNEL) == filters.vchannel or props.get(PROP_TYPE) == _TIME_TICK:
             keep.messages.append(msg)
             offsets.append(base + i)
-            ticks.append(rec.first_tick + i)
+            ticks.append(rec.tick_of(i))
     if not offsets:
         return None
     return Slice(offsets[0], ticks[0], keep.SerializeToString(), len(offsets), offsets, ticks)

@@ -6,6 +6,9 @@ Key layout (one default column family, ordered by bytes):
   b"s" + name -> bytes retained, 8 bytes big-endian
   b"p" + name + b"\\0" + producer id -> the idempotent producer's result window
   b"r" + name -> the replicated pchannel's commit offset, 8 bytes big-endian (lazily saved)
+  b"c" + name -> base offset(8) + the newest consumer-group cursor record (records.py):
+     kept by put_record, the one place every record (append, catch-up copy) is written,
+     so reopening a pchannel reads its cursors with one get instead of scanning the log
 Recovery seeks to the last record of each pchannel instead of scanning the log.
 """
 
@@ -47,6 +50,10 @@ def _commit_key(name: str) -> bytes:
 
 def _producer_key(name: str, producer_id: str) -> bytes:
     return b"p" + name.encode() + b"\0" + producer_id.encode()
+
+
+def _cursors_key(name: str) -> bytes:
+    return b"c" + name.encode()
 
 
 @dataclass
@@ -163,12 +170,14 @@ class LogStore:
         if not it.valid() or not it.key().startswith(prefix):
             return Tail(0, 0, 0, 0)
         base = _U64.unpack(it.key()[len(prefix) :])[0]
-        last_term, first_tick, count = records.peek(it.value())
+        value = it.value()
+        last_term, first_tick, count = records.peek(value)
+        last_tick = first_tick + records.ticks_used(records.peek_flags(value), count) - 1
         it.seek(prefix)
         first = _U64.unpack(it.key()[len(prefix) :])[0]
         raw = self._db.get(_size_key(name))
         size = _U64.unpack(raw)[0] if raw else 0
-        return Tail(first, base + count, first_tick + count - 1, size, last_term)
+        return Tail(first, base + count, last_tick, size, last_term)
 
     # -- records -----------------------------------------------------------------------
 
@@ -178,6 +187,26 @@ class LogStore:
     @staticmethod
     def put_record(wb: WriteBatch, name: str, base: int, value: bytes) -> None:
         wb.put(log_key(name, base), value)
+        if records.peek_flags(value) & records.FLAG_CURSORS:
+            wb.put(_cursors_key(name), _U64.pack(base) + value)
+
+    def load_cursors(self, name: str) -> tuple[int, bytes] | None:
+        """(base offset, record) of the pchannel's newest cursor record, if any."""
+        raw = self._db.get(_cursors_key(name))
+        return None if raw is None else (_U64.unpack_from(raw)[0], raw[_U64.size :])
+
+    def _cursors_before(self, name: str, offset: int) -> tuple[int, bytes] | None:
+        """The newest cursor record below `offset`, walking back (only after a cut)."""
+        prefix = log_prefix(name)
+        it = self._db.iter(ReadOptions())
+        it.seek_for_prev(prefix + _U64.pack(offset))
+        while it.valid() and it.key().startswith(prefix):
+            base = _U64.unpack(it.key()[len(prefix) :])[0]
+            value = it.value()
+            if base < offset and records.peek_flags(value) & records.FLAG_CURSORS:
+                return base, value
+            it.prev()
+        return None
 
     def load_producer(self, name: str, producer_id: str) -> bytes | None:
         return self._db.get(_producer_key(name, producer_id))
@@ -253,6 +282,13 @@ class LogStore:
         raw = self._db.get(_size_key(name))
         size = _U64.unpack(raw)[0] if raw else 0
         wb.put(_size_key(name), _U64.pack(max(0, size - dropped)))
+        cursors = self.load_cursors(name)
+        if cursors is not None and cursors[0] >= offset:  # the cut took the newest snapshot
+            older = self._cursors_before(name, offset)
+            if older is None:
+                wb.delete(_cursors_key(name))
+            else:
+                wb.put(_cursors_key(name), _U64.pack(older[0]) + older[1])
         self.write_synced(wb)
         return dropped
 

@@ -5,6 +5,12 @@ and catch-up paths; message i of a record has offset base + i and tick first_tic
 The CRC covers header fields, extension and body, so a torn or bit-flipped value is
 detected on read. A record of an idempotent producer carries (producer id, sequence) in a
 header extension, so a node that copies the log also learns how to answer resends.
+
+A committed transaction is one record with FLAG_SHARED_TICK: all its messages carry the
+commit's single tick, so consumers see them together, never partially. A FLAG_CURSORS
+record (a snapshot of the consumer-group cursors, node/cursors.py) takes one offset and
+one tick but is never delivered to consumers; it lives in the log so that catch-up and
+replication, which copy records verbatim, carry it along.
 """
 
 from __future__ import annotations
@@ -18,6 +24,9 @@ from streamwal.errors import Inner
 VERSION = 1
 FLAG_TIME_TICK = 0x01  # the record is one TimeTick message appended by the node
 FLAG_PRODUCER = 0x02  # an extension (u8 id length, id, u64 sequence) follows the header
+FLAG_SHARED_TICK = 0x04  # every message of the record has first_tick (a committed txn)
+FLAG_CURSORS = 0x08  # a consumer-group cursor snapshot: node bookkeeping, never delivered
+INTERNAL_FLAGS = FLAG_CURSORS
 # version, flags, reserved, crc32, term, first time tick, count
 _HEADER = struct.Struct(">BBHIqQI")
 _CHECKED = struct.Struct(">BqQI")  # the header fields the CRC covers: flags, term, tick, count
@@ -40,7 +49,15 @@ class Record:
 
     @property
     def last_tick(self) -> int:
-        return self.first_tick + self.count - 1
+        return self.tick_of(self.count - 1)
+
+    def tick_of(self, index: int) -> int:
+        """The tick of message `index`: one per message, or the txn's shared tick."""
+        return self.first_tick if self.flags & FLAG_SHARED_TICK else self.first_tick + index
+
+    @property
+    def internal(self) -> bool:
+        return bool(self.flags & INTERNAL_FLAGS)
 
 
 def encode(
@@ -91,3 +108,12 @@ def peek(value: bytes) -> tuple[int, int, int]:
     """(term, first tick, count) without verifying the body: for recovery and retention."""
     _, _, _, _, term, first_tick, count = _HEADER.unpack_from(value)
     return term, first_tick, count
+
+
+def peek_flags(value: bytes) -> int:
+    return value[1]
+
+
+def ticks_used(flags: int, count: int) -> int:
+    """How many clock ticks a record of `count` messages takes: one for a shared tick."""
+    return 1 if flags & FLAG_SHARED_TICK else count

@@ -12,6 +12,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import start_http_server
 
 from streamwal.node.config import NodeConfig
+from streamwal.node.groups import GroupService
 from streamwal.node.log_store import LogStore
 from streamwal.node.metrics import NodeMetrics
 from streamwal.node.service import NodeService
@@ -43,6 +44,7 @@ class NodeServer:
         self._health = health.aio.HealthServicer()
         server = make_server(self.transport)
         server.add_generic_rpc_handlers(self.service.handlers())
+        server.add_generic_rpc_handlers([GroupService(self.wal, self.service).handler()])
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         self.port = bind(server, cfg.listen, self.transport)
         if self.port == 0:

@@ -20,9 +20,10 @@ from grpc import aio
 from streamwal.errors import ChannelNotExist, Inner, InvalidArgument, OnShutdown, StreamingError
 from streamwal.grpc_errors import status_for, trailing
 from streamwal.ids import encode_offset
-from streamwal.node import delivery, records
+from streamwal.node import delivery, records, txn_ops
 from streamwal.node.channel import Channel
 from streamwal.node.fencing import check_access
+from streamwal.node.txn import TxnLimits, TxnTable
 from streamwal.node.wal import Resent, Wal
 from streamwal.proto import milvus_pb2
 from streamwal.proto import streaming_pb2 as pb
@@ -74,6 +75,8 @@ class NodeService:
         self.max_inflight = max_inflight
         self._ids = itertools.count(1)
         self.serving = True
+        cfg = wal.config
+        self.txns = TxnTable(TxnLimits(cfg.txn_keepalive_s, cfg.txn_max_bytes, cfg.txn_max_open))
 
     def handlers(self) -> list[grpc.GenericRpcHandler]:
         def ser(msg) -> bytes:
@@ -440,6 +443,7 @@ class _ProduceStream:
                 await self.context.write(pb.ProduceResponse(close=pb.CloseProducerResponse()))
         finally:
             reader.cancel()
+            self.svc.txns.drop_owner(self)  # a txn lives no longer than its stream
 
     async def _read(self) -> None:
         try:
@@ -452,6 +456,8 @@ class _ProduceStream:
                     self._batch(req.produce_batch)
                 elif kind == "produce":
                     self._single(req.produce)
+                elif kind == "txn":
+                    txn_ops.handle(self, req.txn)
                 elif kind == "close":
                     self.out.put_nowait(True)
                     return
@@ -476,6 +482,7 @@ class _ProduceStream:
         fail: Callable[[StreamingError], pb.ProduceResponse],
         producer: tuple[str, int] | None = None,
         barrier_time_tick: int = 0,
+        flags: int = 0,
     ) -> None:
         """Append and answer once durable (and committed, at QUORUM): respond(base, first
         tick, duplicate) or fail."""
@@ -489,6 +496,7 @@ class _ProduceStream:
                 count,
                 producer=producer,
                 barrier_time_tick=barrier_time_tick,
+                flags=flags,
             )
         except StreamingError as err:
             self.out.put_nowait(fail(err))

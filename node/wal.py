@@ -411,10 +411,11 @@ class Wal:
                 raise InvalidArgument(str(exc)) from None
         base = ch.next_offset
         ch.next_offset = base + count
-        first_tick = ch.clock.allocate(count)
+        first_tick = ch.clock.allocate(records.ticks_used(flags, count))
         value = records.encode(term, first_tick, count, body, flags, producer)
         future = asyncio.get_running_loop().create_future()
-        ch.last_append_ms = time.monotonic() * 1000
+        if not flags & records.INTERNAL_FLAGS:  # cursor records must not hold back ticks
+            ch.last_append_ms = time.monotonic() * 1000
         if producer is not None and state is not None:
             record_accepted(state, producer[1], BatchResult(base, first_tick, count))
             ch.inflight[producer] = future

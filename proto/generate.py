@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 PROTO_DIR = Path(__file__).resolve().parent
-SOURCES = ("milvus.proto", "streaming.proto", "coord.proto", "broadcast.proto")
+SOURCES = ("milvus.proto", "streaming.proto", "coord.proto", "broadcast.proto", "groups.proto")
 _IMPORT = re.compile(r"^import (\w+_pb2) as (\w+)$", re.MULTILINE)
 
 

@@ -33,6 +33,10 @@ class StreamingCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STREAMING_CODE_RESOURCE_ACQUIRED: _ClassVar[StreamingCode]
     STREAMING_CODE_BROADCAST_NOT_FOUND: _ClassVar[StreamingCode]
     STREAMING_CODE_UNSUPPORTED: _ClassVar[StreamingCode]
+    STREAMING_CODE_TRANSACTION_EXPIRED: _ClassVar[StreamingCode]
+    STREAMING_CODE_INVALID_TRANSACTION_STATE: _ClassVar[StreamingCode]
+    STREAMING_CODE_CONSUMER_GROUP_EXIST: _ClassVar[StreamingCode]
+    STREAMING_CODE_CONSUMER_GROUP_NOT_EXIST: _ClassVar[StreamingCode]
     STREAMING_CODE_UNKNOWN: _ClassVar[StreamingCode]
 
 class ReplicaRole(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
@@ -64,6 +68,10 @@ STREAMING_CODE_INVAILD_ARGUMENT: StreamingCode
 STREAMING_CODE_RESOURCE_ACQUIRED: StreamingCode
 STREAMING_CODE_BROADCAST_NOT_FOUND: StreamingCode
 STREAMING_CODE_UNSUPPORTED: StreamingCode
+STREAMING_CODE_TRANSACTION_EXPIRED: StreamingCode
+STREAMING_CODE_INVALID_TRANSACTION_STATE: StreamingCode
+STREAMING_CODE_CONSUMER_GROUP_EXIST: StreamingCode
+STREAMING_CODE_CONSUMER_GROUP_NOT_EXIST: StreamingCode
 STREAMING_CODE_UNKNOWN: StreamingCode
 REPLICA_ROLE_LEADER: ReplicaRole
 REPLICA_ROLE_FOLLOWER: ReplicaRole
@@ -232,14 +240,16 @@ class StreamingError(_message.Message):
     def __init__(self, code: _Optional[_Union[StreamingCode, str]] = ..., cause: _Optional[str] = ...) -> None: ...
 
 class ProduceRequest(_message.Message):
-    __slots__ = ("produce", "close", "produce_batch")
+    __slots__ = ("produce", "close", "produce_batch", "txn")
     PRODUCE_FIELD_NUMBER: _ClassVar[int]
     CLOSE_FIELD_NUMBER: _ClassVar[int]
     PRODUCE_BATCH_FIELD_NUMBER: _ClassVar[int]
+    TXN_FIELD_NUMBER: _ClassVar[int]
     produce: ProduceMessageRequest
     close: CloseProducerRequest
     produce_batch: ProduceBatchRequest
-    def __init__(self, produce: _Optional[_Union[ProduceMessageRequest, _Mapping]] = ..., close: _Optional[_Union[CloseProducerRequest, _Mapping]] = ..., produce_batch: _Optional[_Union[ProduceBatchRequest, _Mapping]] = ...) -> None: ...
+    txn: TxnRequest
+    def __init__(self, produce: _Optional[_Union[ProduceMessageRequest, _Mapping]] = ..., close: _Optional[_Union[CloseProducerRequest, _Mapping]] = ..., produce_batch: _Optional[_Union[ProduceBatchRequest, _Mapping]] = ..., txn: _Optional[_Union[TxnRequest, _Mapping]] = ...) -> None: ...
 
 class CreateProducerRequest(_message.Message):
     __slots__ = ("pchannel", "producer_id", "ack_level")
@@ -264,16 +274,18 @@ class CloseProducerRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ProduceResponse(_message.Message):
-    __slots__ = ("create", "produce", "close", "produce_batch")
+    __slots__ = ("create", "produce", "close", "produce_batch", "txn")
     CREATE_FIELD_NUMBER: _ClassVar[int]
     PRODUCE_FIELD_NUMBER: _ClassVar[int]
     CLOSE_FIELD_NUMBER: _ClassVar[int]
     PRODUCE_BATCH_FIELD_NUMBER: _ClassVar[int]
+    TXN_FIELD_NUMBER: _ClassVar[int]
     create: CreateProducerResponse
     produce: ProduceMessageResponse
     close: CloseProducerResponse
     produce_batch: ProduceBatchResponse
-    def __init__(self, create: _Optional[_Union[CreateProducerResponse, _Mapping]] = ..., produce: _Optional[_Union[ProduceMessageResponse, _Mapping]] = ..., close: _Optional[_Union[CloseProducerResponse, _Mapping]] = ..., produce_batch: _Optional[_Union[ProduceBatchResponse, _Mapping]] = ...) -> None: ...
+    txn: TxnResponse
+    def __init__(self, create: _Optional[_Union[CreateProducerResponse, _Mapping]] = ..., produce: _Optional[_Union[ProduceMessageResponse, _Mapping]] = ..., close: _Optional[_Union[CloseProducerResponse, _Mapping]] = ..., produce_batch: _Optional[_Union[ProduceBatchResponse, _Mapping]] = ..., txn: _Optional[_Union[TxnResponse, _Mapping]] = ...) -> None: ...
 
 class CreateProducerResponse(_message.Message):
     __slots__ = ("producer_id", "last_sequence")
@@ -608,3 +620,95 @@ class FenceResponse(_message.Message):
     next_offset: int
     commit_offset: int
     def __init__(self, last_term: _Optional[int] = ..., next_offset: _Optional[int] = ..., commit_offset: _Optional[int] = ...) -> None: ...
+
+class TxnRequest(_message.Message):
+    __slots__ = ("request_id", "begin", "append", "commit", "rollback")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    BEGIN_FIELD_NUMBER: _ClassVar[int]
+    APPEND_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_FIELD_NUMBER: _ClassVar[int]
+    ROLLBACK_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    begin: TxnBegin
+    append: TxnAppend
+    commit: TxnCommit
+    rollback: TxnRollback
+    def __init__(self, request_id: _Optional[int] = ..., begin: _Optional[_Union[TxnBegin, _Mapping]] = ..., append: _Optional[_Union[TxnAppend, _Mapping]] = ..., commit: _Optional[_Union[TxnCommit, _Mapping]] = ..., rollback: _Optional[_Union[TxnRollback, _Mapping]] = ...) -> None: ...
+
+class TxnBegin(_message.Message):
+    __slots__ = ("vchannel", "keepalive_ms")
+    VCHANNEL_FIELD_NUMBER: _ClassVar[int]
+    KEEPALIVE_MS_FIELD_NUMBER: _ClassVar[int]
+    vchannel: str
+    keepalive_ms: int
+    def __init__(self, vchannel: _Optional[str] = ..., keepalive_ms: _Optional[int] = ...) -> None: ...
+
+class TxnAppend(_message.Message):
+    __slots__ = ("txn_id", "messages")
+    TXN_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    txn_id: int
+    messages: bytes
+    def __init__(self, txn_id: _Optional[int] = ..., messages: _Optional[bytes] = ...) -> None: ...
+
+class TxnCommit(_message.Message):
+    __slots__ = ("txn_id", "sequence")
+    TXN_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    txn_id: int
+    sequence: int
+    def __init__(self, txn_id: _Optional[int] = ..., sequence: _Optional[int] = ...) -> None: ...
+
+class TxnRollback(_message.Message):
+    __slots__ = ("txn_id",)
+    TXN_ID_FIELD_NUMBER: _ClassVar[int]
+    txn_id: int
+    def __init__(self, txn_id: _Optional[int] = ...) -> None: ...
+
+class TxnResponse(_message.Message):
+    __slots__ = ("request_id", "begun", "appended", "committed", "rolled_back", "error")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    BEGUN_FIELD_NUMBER: _ClassVar[int]
+    APPENDED_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    ROLLED_BACK_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    begun: TxnBegun
+    appended: TxnAppended
+    committed: TxnCommitted
+    rolled_back: TxnRolledBack
+    error: StreamingError
+    def __init__(self, request_id: _Optional[int] = ..., begun: _Optional[_Union[TxnBegun, _Mapping]] = ..., appended: _Optional[_Union[TxnAppended, _Mapping]] = ..., committed: _Optional[_Union[TxnCommitted, _Mapping]] = ..., rolled_back: _Optional[_Union[TxnRolledBack, _Mapping]] = ..., error: _Optional[_Union[StreamingError, _Mapping]] = ...) -> None: ...
+
+class TxnBegun(_message.Message):
+    __slots__ = ("txn_id", "keepalive_ms")
+    TXN_ID_FIELD_NUMBER: _ClassVar[int]
+    KEEPALIVE_MS_FIELD_NUMBER: _ClassVar[int]
+    txn_id: int
+    keepalive_ms: int
+    def __init__(self, txn_id: _Optional[int] = ..., keepalive_ms: _Optional[int] = ...) -> None: ...
+
+class TxnAppended(_message.Message):
+    __slots__ = ("count", "bytes")
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    count: int
+    bytes: int
+    def __init__(self, count: _Optional[int] = ..., bytes: _Optional[int] = ...) -> None: ...
+
+class TxnCommitted(_message.Message):
+    __slots__ = ("first_id", "count", "time_tick", "duplicate")
+    FIRST_ID_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    TIME_TICK_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    first_id: MessageID
+    count: int
+    time_tick: int
+    duplicate: bool
+    def __init__(self, first_id: _Optional[_Union[MessageID, _Mapping]] = ..., count: _Optional[int] = ..., time_tick: _Optional[int] = ..., duplicate: _Optional[bool] = ...) -> None: ...
+
+class TxnRolledBack(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -1,0 +1,161 @@
+"""gRPC adapter of consumer groups: StreamingNodeConsumerGroupService over the Wal.
+
+Each pchannel's CursorTable (node/cursors.py) is loaded from the store's newest cursor
+record on first use under a term, and reloaded when the term changes (a move, a
+catch-up or a cut may have changed the log under it). A change moves the in-memory
+cursor at once, on the event loop, so two concurrent consumes of one group never take
+the same messages; the answer waits until the snapshot record carrying the change is
+durable, through the normal append path (group commit, and whatever ack rule it has).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import grpc
+
+from streamwal.errors import InvalidArgument, StreamingError
+from streamwal.ids import decode_offset
+from streamwal.node import delivery, records
+from streamwal.node.channel import Channel
+from streamwal.node.cursors import CursorTable, take
+from streamwal.node.service import Malformed, NodeService, _abort, _tolerant
+from streamwal.node.wal import READ_BYTES, Wal
+from streamwal.proto import groups_pb2 as gpb
+
+log = logging.getLogger("streamwal.node.groups")
+
+READ_RECORDS = 1024
+MAX_RESPONSE_BYTES = 8 * 1024 * 1024  # a consume answers fewer than n rather than more
+
+
+class GroupService:
+    def __init__(self, wal: Wal, node: NodeService) -> None:
+        self.wal = wal
+        self.node = node
+        self._tables: dict[str, tuple[int, CursorTable]] = {}  # pchannel -> (term, table)
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        def ser(msg) -> bytes:
+            return msg.SerializeToString()
+
+        def rpc(action, request_cls):
+            async def call(request, context):
+                try:
+                    if isinstance(request, Malformed):
+                        raise InvalidArgument(request.reason)
+                    return await action(request)
+                except StreamingError as err:
+                    await _abort(context, err)
+
+            return grpc.unary_unary_rpc_method_handler(call, _tolerant(request_cls), ser)
+
+        return grpc.method_handlers_generic_handler(
+            "streamwal.groups.StreamingNodeConsumerGroupService",
+            {
+                "CreateConsumerGroup": rpc(self.create, gpb.CreateConsumerGroupRequest),
+                "DestroyConsumerGroup": rpc(self.destroy, gpb.DestroyConsumerGroupRequest),
+                "GroupConsume": rpc(self.consume, gpb.GroupConsumeRequest),
+                "GroupSeek": rpc(self.seek, gpb.GroupSeekRequest),
+            },
+        )
+
+    def _access(self, req) -> tuple[Channel, int, CursorTable]:
+        term = req.pchannel.term
+        ch = self.wal.access(req.pchannel.name, term)
+        cached = self._tables.get(ch.name)
+        if cached is None or cached[0] != ch.term:
+            cached = (ch.term, self._load(ch.name))
+            self._tables[ch.name] = cached
+        return ch, term, cached[1]
+
+    def _load(self, name: str) -> CursorTable:
+        found = self.wal.store.load_cursors(name)
+        if found is None:
+            return CursorTable()
+        base, value = found
+        where = f"{name}@{base}"
+        return CursorTable.decode(records.decode(value, where).body, where)
+
+    async def _persist(self, ch: Channel, term: int, table: CursorTable) -> None:
+        future = self.wal.append(ch, term, table.encode(), 1, records.FLAG_CURSORS)
+        try:
+            await asyncio.shield(future)
+        except BaseException:
+            self._tables.pop(ch.name, None)  # reload what is durable at the next call
+            raise
+
+    async def create(self, req: gpb.CreateConsumerGroupRequest) -> gpb.CreateConsumerGroupResponse:
+        ch, term, table = self._access(req)
+        table.create(ch.name, req.group, ch.first_offset)
+        await self._persist(ch, term, table)
+        log.info("consumer group created", extra={"pchannel": ch.name, "group": req.group})
+        return gpb.CreateConsumerGroupResponse(cursor=ch.first_offset)
+
+    async def destroy(
+        self, req: gpb.DestroyConsumerGroupRequest
+    ) -> gpb.DestroyConsumerGroupResponse:
+        ch, term, table = self._access(req)
+        table.destroy(ch.name, req.group)
+        await self._persist(ch, term, table)
+        log.info("consumer group destroyed", extra={"pchannel": ch.name, "group": req.group})
+        return gpb.DestroyConsumerGroupResponse()
+
+    async def consume(self, req: gpb.GroupConsumeRequest) -> gpb.GroupConsumeResponse:
+        if req.max_messages < 1:
+            raise InvalidArgument("max_messages must be >= 1")
+        ch, term, table = self._access(req)
+        start = table.get(ch.name, req.group)
+        cursor, taken, size = start, 0, 0
+        pieces: list[tuple[int, delivery.Slice]] = []
+        while taken < req.max_messages and size < MAX_RESPONSE_BYTES:
+            recs = self.wal.read(ch, max(cursor, ch.first_offset), READ_RECORDS, READ_BYTES)
+            decoded = [(b, records.decode(v, f"{ch.name}@{b}")) for b, v in recs]
+            got, after, taken = take(decoded, cursor, req.max_messages, taken)
+            if after == cursor:
+                break
+            pieces += got
+            size += sum(len(p.body) for _, p in got)
+            cursor = after
+        resp = gpb.GroupConsumeResponse(cursor=cursor)
+        if cursor == start:
+            return resp
+        table.cursors[req.group] = cursor  # taken: a concurrent consume starts after it
+        for term_of, run in _by_term(pieces):
+            resp.batches.append(delivery.batch_frame(delivery.join(run), term_of).consume_batch)
+        await self._persist(ch, term, table)
+        return resp
+
+    async def seek(self, req: gpb.GroupSeekRequest) -> gpb.GroupSeekResponse:
+        ch, term, table = self._access(req)
+        table.get(ch.name, req.group)
+        try:
+            offset = decode_offset(req.message_id.id)
+        except ValueError as exc:
+            raise InvalidArgument(f"bad MessageID: {exc}") from None
+        if offset > ch.visible_next:
+            raise InvalidArgument(
+                f"offset {offset} is past the end of pchannel {ch.name!r} ({ch.visible_next})"
+            )
+        for base, value in self.wal.read(ch, offset, 1):
+            count = records.peek(value)[2]
+            shared = records.peek_flags(value) & records.FLAG_SHARED_TICK
+            if shared and base < offset < base + count:
+                raise InvalidArgument(
+                    f"offset {offset} is inside a transaction at [{base}, {base + count}): "
+                    "seek to its first offset or past it"
+                )
+        table.cursors[req.group] = offset
+        await self._persist(ch, term, table)
+        return gpb.GroupSeekResponse()
+
+
+def _by_term(pieces: list[tuple[int, delivery.Slice]]) -> list[tuple[int, list[delivery.Slice]]]:
+    runs: list[tuple[int, list[delivery.Slice]]] = []
+    for term, piece in pieces:
+        if runs and runs[-1][0] == term:
+            runs[-1][1].append(piece)
+        else:
+            runs.append((term, [piece]))
+    return runs
