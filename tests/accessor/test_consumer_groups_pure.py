@@ -1,0 +1,87 @@
+"""Consumer-group cursors without a node: the table, its snapshot encoding, and what a
+consume takes from a run of records."""
+
+from __future__ import annotations
+
+import pytest
+
+from streamwal.errors import ConsumerGroupExist, ConsumerGroupNotExist, InvalidArgument
+from streamwal.node import records
+from streamwal.node.cursors import MAX_GROUPS, CursorTable, take
+from streamwal.node.records import CorruptRecord
+from streamwal.proto import streaming_pb2 as pb
+
+
+def test_table_create_destroy_and_snapshot_round_trip() -> None:
+    t = CursorTable()
+    t.create("p", "g", 5)
+    t.create("p", "ünï cødé", 7)
+    with pytest.raises(ConsumerGroupExist):
+        t.create("p", "g", 0)
+    with pytest.raises(InvalidArgument):
+        t.create("p", "", 0)
+    with pytest.raises(ConsumerGroupNotExist, match="'x' does not exist on pchannel 'p'"):
+        t.get("p", "x")
+    t.cursors["g"] = 2**40
+    assert CursorTable.decode(t.encode()).cursors == {"g": 2**40, "ünï cødé": 7}
+    t.destroy("p", "g")
+    with pytest.raises(ConsumerGroupNotExist):
+        t.destroy("p", "g")
+    assert CursorTable.decode(CursorTable().encode()).cursors == {}
+    with pytest.raises(CorruptRecord):
+        CursorTable.decode(b"\x01\x00\x05ab")
+
+
+def test_group_count_is_bounded() -> None:
+    t = CursorTable({f"g{i}": 0 for i in range(MAX_GROUPS)})
+    with pytest.raises(InvalidArgument, match="limit"):
+        t.create("p", "one-more", 0)
+
+
+def _rec(count: int, flags: int = 0, term: int = 1) -> records.Record:
+    body = pb.MessageBatch(messages=[pb.Message(payload=b"m")] * count).SerializeToString()
+    return records.decode(records.encode(term, 100, count, body, flags))
+
+
+def _log() -> list[tuple[int, records.Record]]:
+    """offsets 0-9 data, 10 a cursor record, 11 a TimeTick, 12-15 a txn, 16-17 data (term 2)."""
+    return [
+        (0, _rec(10)),
+        (10, records.decode(records.encode(1, 200, 1, b"\x01", records.FLAG_CURSORS))),
+        (11, _rec(1, records.FLAG_TIME_TICK)),
+        (12, _rec(4, records.FLAG_SHARED_TICK)),
+        (16, _rec(2, term=2)),
+    ]
+
+
+def _offsets(pieces) -> list[int]:
+    out = []
+    for _, p in pieces:
+        out += p.offsets or range(
+            p.first_offset, p.first_offset + len(pb.MessageBatch.FromString(p.body).messages)
+        )
+    return out
+
+
+def test_take_splits_plain_records_and_skips_internal_ones() -> None:
+    pieces, cursor, taken = take(_log(), 0, 4)
+    assert (_offsets(pieces), cursor, taken) == ([0, 1, 2, 3], 4, 4)
+    pieces, cursor, taken = take(_log(), 4, 6)
+    # The rest of the record, then the cursor moves over the cursor record and the tick.
+    assert (_offsets(pieces), cursor, taken) == ([4, 5, 6, 7, 8, 9], 12, 6)
+
+
+def test_take_never_splits_a_txn() -> None:
+    pieces, cursor, _ = take(_log(), 8, 4)  # 8, 9 fit; the 4-message txn does not
+    assert (_offsets(pieces), cursor) == ([8, 9], 12)
+    pieces, cursor, _ = take(_log(), 12, 1)  # first in line: the txn comes whole
+    assert (_offsets(pieces), cursor) == ([12, 13, 14, 15], 16)
+    pieces, cursor, taken = take(_log(), 12, 100)
+    assert [t for t, _ in pieces] == [1, 2]  # each piece keeps its record's term
+    assert (_offsets(pieces), cursor, taken) == ([12, 13, 14, 15, 16, 17], 18, 6)
+
+
+def test_take_at_the_end_or_before_retention() -> None:
+    assert take(_log(), 18, 5) == ([], 18, 0)
+    pieces, cursor, _ = take(_log()[3:], 0, 2)  # the cursor fell below the oldest record
+    assert (_offsets(pieces), cursor) == ([12, 13, 14, 15], 16)
