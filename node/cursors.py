@@ -115,4 +115,6 @@ def take(
             out.append((rec.term, piece))
             taken += stop - start
         cursor = stop
+        if stop < end:  # the rest of this record is for the next consume
+            break
     return out, cursor, taken
