@@ -35,6 +35,7 @@ class GroupService:
         self.wal = wal
         self.node = node
         self._tables: dict[str, tuple[int, CursorTable]] = {}  # pchannel -> (term, table)
+        self._task: asyncio.Task | None = None
 
     def handler(self) -> grpc.GenericRpcHandler:
         def ser(msg) -> bytes:
@@ -61,14 +62,43 @@ class GroupService:
             },
         )
 
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(
+            self._keep_retained(), name="cursor-snapshots"
+        )
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _keep_retained(self) -> None:
+        """Append a pchannel's cursors again once retention cut its newest cursor record:
+        this node keeps them (the store's index holds the snapshot), but a node that
+        catches up from this log copies only retained records."""
+        while True:
+            await asyncio.sleep(self.wal.config.retention_check_interval_s)
+            for ch in list(self.wal.channels.values()):
+                found = self.wal.store.load_cursors(ch.name)
+                if found is None or found[0] >= ch.first_offset:
+                    continue
+                try:
+                    self.wal.access(ch.name, ch.term)
+                    await self._persist(ch, ch.term, self._table(ch))
+                except StreamingError as err:
+                    log.warning("cursor snapshot", extra={"pchannel": ch.name, "error": str(err)})
+
     def _access(self, req) -> tuple[Channel, int, CursorTable]:
         term = req.pchannel.term
         ch = self.wal.access(req.pchannel.name, term)
+        return ch, term, self._table(ch)
+
+    def _table(self, ch: Channel) -> CursorTable:
         cached = self._tables.get(ch.name)
         if cached is None or cached[0] != ch.term:
             cached = (ch.term, self._load(ch.name))
             self._tables[ch.name] = cached
-        return ch, term, cached[1]
+        return cached[1]
 
     def _load(self, name: str) -> CursorTable:
         found = self.wal.store.load_cursors(name)

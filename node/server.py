@@ -44,7 +44,9 @@ class NodeServer:
         self._health = health.aio.HealthServicer()
         server = make_server(self.transport)
         server.add_generic_rpc_handlers(self.service.handlers())
-        server.add_generic_rpc_handlers([GroupService(self.wal, self.service).handler()])
+        self.groups = GroupService(self.wal, self.service)
+        self.groups.start()
+        server.add_generic_rpc_handlers([self.groups.handler()])
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         self.port = bind(server, cfg.listen, self.transport)
         if self.port == 0:
@@ -85,6 +87,7 @@ class NodeServer:
         for phase, step, deadline in (
             ("health", self._health.enter_graceful_shutdown(), 1.0),
             ("rpcs", self._server.stop(grace) if self._server else asyncio.sleep(0), grace + 1),
+            ("groups", self.groups.close(), 1.0),
             ("wal", self.wal.close(), 3.0),
         ):
             log.info("stopping", extra={"phase": phase})
