@@ -55,11 +55,9 @@ def _log() -> list[tuple[int, records.Record]]:
 
 
 def _offsets(pieces) -> list[int]:
-    out = []
+    out: list[int] = []
     for _, p in pieces:
-        out += p.offsets or range(
-            p.first_offset, p.first_offset + len(pb.MessageBatch.FromString(p.body).messages)
-        )
+        out += p.offsets or range(p.first_offset, p.first_offset + p.count)
     return out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from streamwal.client.node_client import decode_batch
 from streamwal.errors import (
     Inner,
     InvalidArgument,
@@ -101,8 +102,15 @@ def test_a_committed_txn_record_shares_one_tick() -> None:
     assert [rec.tick_of(i) for i in range(4)] == [1000] * 4
     assert records.ticks_used(rec.flags, rec.count) == 1
     piece = delivery.select(50, rec, 50, delivery.Filters())
-    assert piece is not None and piece.offsets == [50, 51, 52, 53]
-    assert piece.ticks == [1000] * 4
+    assert piece is not None and (piece.first_offset, piece.count) == (50, 4)
+    assert piece.runs() == [(1, 1000)] * 4  # dense offsets, one tick for all
+    frame = delivery.batch_frame(piece, 3).consume_batch
+    assert [(m.offset, m.time_tick) for m in decode_batch(frame)] == [
+        (50, 1000),
+        (51, 1000),
+        (52, 1000),
+        (53, 1000),
+    ]
     frames = delivery.message_frames(piece, 3)
     assert [f.consume.message.properties["_tt"] for f in frames] == ["1000"] * 4
 
