@@ -10,6 +10,7 @@ import pytest
 
 from streamwal.client.node_client import NodeClient
 from streamwal.client.policy import DeliverPolicy
+from streamwal.client.sync import SyncNodeClient
 from streamwal.errors import (
     ConsumerGroupExist,
     ConsumerGroupNotExist,
@@ -214,3 +215,23 @@ async def test_cursors_outlive_retention_for_a_later_catch_up(start_node, pchann
 
 async def _status(c: NodeClient, pch: str):
     return next(s for s in (await c.collect_status()).channels if s.pchannel.name == pch)
+
+
+def test_sync_twin_txn_and_groups(node, pchannel) -> None:  # noqa: F811
+    """The blocking client offers the same txn and group calls."""
+    with SyncNodeClient(node.address) as c:
+        c.assign(pchannel, 1)
+        with c.producer(pchannel, 1) as producer:
+            txn = producer.begin_txn(f"{pchannel}_v0", keepalive=5)
+            txn.append(b"a")
+            txn.append(b"b", properties={"k": "v"})
+            result = txn.commit()
+        c.create_consumer_group(pchannel, 1, "g")
+        got = c.group_consume(pchannel, 1, "g", 10)
+        assert [m.offset for m in got] == result.message_ids
+        assert [m.time_tick for m in got] == [result.time_tick] * 2
+        c.group_seek(pchannel, 1, "g", result.message_ids[0])
+        assert len(c.group_consume(pchannel, 1, "g", 10)) == 2
+        c.destroy_consumer_group(pchannel, 1, "g")
+        with pytest.raises(ConsumerGroupNotExist):
+            c.group_consume(pchannel, 1, "g", 1)

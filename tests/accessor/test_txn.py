@@ -9,7 +9,6 @@ import asyncio
 import pytest
 
 from streamwal.client.node_client import NodeClient
-from streamwal.client.policy import DeliverPolicy
 from streamwal.errors import (
     Inner,
     InvalidArgument,
@@ -20,18 +19,7 @@ from streamwal.ids import decode_offset
 from streamwal.proto import streaming_pb2 as pb
 from streamwal.transport import make_channel
 from tests.node.conftest import client, node, pchannel, start_node  # noqa: F401
-from tests.node.helpers import HANDLER, read_data
-
-
-async def _everything(c: NodeClient, pch: str, term: int) -> list:
-    """Every data message now in the log (bounded read, TimeTicks left out)."""
-    end = next(s for s in (await c.collect_status()).channels if s.pchannel.name == pch)
-    consumer = await c.consumer(
-        pch, term, DeliverPolicy.all(), time_ticks=False, end_offset=end.next_offset
-    )
-    got = [m async for m in consumer]
-    await consumer.close()
-    return got
+from tests.node.helpers import HANDLER, read_data, read_log
 
 
 async def test_committed_txn_is_contiguous_with_one_tick(client, pchannel) -> None:  # noqa: F811
@@ -86,7 +74,7 @@ async def test_rolled_back_and_expired_txns_never_appear(client, pchannel) -> No
         with pytest.raises(TransactionExpired, match=r"txn \d+ expired"):
             await expiring.commit()
         last = await producer.send(b"last", vchannel=vch)
-    got = await _everything(client, pchannel, 1)
+    got = await read_log(client, pchannel, 1)
     assert [m.payload for m in got] == [b"last"]
     assert got[0].offset == last.offset
 
@@ -114,7 +102,7 @@ async def test_commit_and_rollback_happen_once(client, pchannel) -> None:  # noq
         await producer.txn_request(_rollback(forged.txn_id))
         with pytest.raises(InvalidTransactionState, match="rolled back"):
             await forged.commit()
-    got = await _everything(client, pchannel, 1)
+    got = await read_log(client, pchannel, 1)
     assert [m.payload for m in got] == [b"once"]
 
 
@@ -146,7 +134,7 @@ async def test_txn_interrupted_by_kill_9_never_appears(start_node, pchannel) -> 
     async with NodeClient(node.address) as c:
         await c.wait_ready(30)
         await c.assign(pchannel, 1)
-        got = await _everything(c, pchannel, 1)
+        got = await read_log(c, pchannel, 1)
         assert [m.payload for m in got] == [b"kept0", b"kept1", b"kept2"]
         assert [m.offset for m in got] == committed.message_ids
         assert {m.time_tick for m in got} == {committed.time_tick}
@@ -186,7 +174,7 @@ async def test_txn_limits(start_node, pchannel) -> None:  # noqa: F811
             result = await big.commit()
             with pytest.raises(InvalidArgument, match="not on pchannel"):
                 await producer.begin_txn("elsewhere_v0")
-        got = await _everything(c, pchannel, 1)
+        got = await read_log(c, pchannel, 1)
     assert [m.payload for m in got] == [b"a" * 600, b"c" * 100]
     assert result.count == 2
 
@@ -209,7 +197,7 @@ async def test_resent_commit_is_answered_not_appended_again(client, pchannel) ->
     # A new sequence is a new commit: refused, the txn is closed.
     assert unknown.error.code == pb.STREAMING_CODE_INVALID_TRANSACTION_STATE
     assert "committed" in unknown.error.cause
-    got = await _everything(client, pchannel, 1)
+    got = await read_log(client, pchannel, 1)
     assert [m.payload for m in got] == [b"once"]
     assert got[0].offset == first.first_offset
 

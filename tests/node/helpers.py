@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import grpc
 from grpc import aio
 
-from streamwal.client.node_client import ConsumedMessage, Consumer
+from streamwal.client.node_client import ConsumedMessage, Consumer, NodeClient
+from streamwal.client.policy import DeliverPolicy
 from streamwal.grpc_errors import from_rpc_error
 from streamwal.ids import decode_offset
 from streamwal.message import PROP_TERM, PROP_TIME_TICK, PROP_TYPE, MsgType
@@ -61,6 +62,17 @@ async def read_data(consumer: Consumer, count: int, timeout: float = 10.0) -> li
     except TimeoutError:
         raise AssertionError(f"only {len(out)} of {count} messages within {timeout}s") from None
     return out
+
+
+async def read_log(c: NodeClient, pch: str, term: int) -> list[ConsumedMessage]:
+    """Every data message in the log now (a bounded read up to the log end, no ticks)."""
+    end = next(s for s in (await c.collect_status()).channels if s.pchannel.name == pch)
+    consumer = await c.consumer(
+        pch, term, DeliverPolicy.all(), time_ticks=False, end_offset=end.next_offset
+    )
+    got = [m async for m in consumer]
+    await consumer.close()
+    return got
 
 
 async def read_through(

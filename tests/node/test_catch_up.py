@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from streamwal.client.node_client import NodeClient
-from streamwal.client.policy import DeliverPolicy
 from streamwal.errors import ChannelNotExist, Inner
 from streamwal.node.divergence import log_divergence
+from tests.node.helpers import read_log
 
 
 def test_log_divergence_follows_both_term_histories() -> None:
@@ -21,16 +21,6 @@ def test_log_divergence_follows_both_term_histories() -> None:
     assert log_divergence([], 0, [], 10) is None
     # a log that started above 0 (an unclean move) agrees where it says nothing
     assert log_divergence([(1, 0)], 100, [(2, 60)], 80) == 60
-
-
-async def _read(c: NodeClient, pch: str, term: int) -> list:
-    end = next(s for s in (await c.collect_status()).channels if s.pchannel.name == pch)
-    consumer = await c.consumer(
-        pch, term, DeliverPolicy.all(), time_ticks=False, end_offset=end.next_offset
-    )
-    got = [m async for m in consumer]
-    await consumer.close()
-    return got
 
 
 async def test_move_with_catch_up_continues_the_log_and_dedup(start_node, pchannel) -> None:
@@ -47,7 +37,7 @@ async def test_move_with_catch_up_continues_the_log_and_dedup(start_node, pchann
         assert producer.last_sequence == 1  # the producer window moved with the records
         after = await producer.send_many([b"b"])
         await producer.close()
-        got = await _read(cb, pchannel, 2)
+        got = await read_log(cb, pchannel, 2)
     assert [m.payload for m in got] == [b"a%d" % i for i in range(3000)] + [b"b"]
     assert [m.offset for m in got] == list(range(first[0].offset, after[0].offset + 1))
     assert {m.term for m in got[:-1]} == {1} and got[-1].term == 2
@@ -74,7 +64,7 @@ async def test_move_back_cuts_the_unclean_suffix(start_node, pchannel) -> None:
         assert newer[0].offset == seen[-1].offset + 1 == stranded[0].offset
         await cb.remove(pchannel, 2)
         await ca.assign(pchannel, 3, catch_up_from=b.address)
-        got = await _read(ca, pchannel, 3)
+        got = await read_log(ca, pchannel, 3)
     assert [m.payload for m in got] == [b"seen%d" % i for i in range(60)] + [
         b"newer%d" % i for i in range(20)
     ]
