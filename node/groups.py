@@ -5,7 +5,8 @@ record on first use under a term, and reloaded when the term changes (a move, a
 catch-up or a cut may have changed the log under it). A change moves the in-memory
 cursor at once, on the event loop, so two concurrent consumes of one group never take
 the same messages; the answer waits until the snapshot record carrying the change is
-durable, through the normal append path (group commit, and whatever ack rule it has).
+durable, through the normal append path (group commit), and, on a replicated pchannel,
+committed on a quorum as a DEFAULT-level produce is.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from streamwal.node.cursors import CursorTable, take
 from streamwal.node.service import Malformed, NodeService, _abort, _tolerant
 from streamwal.node.wal import READ_BYTES, Wal
 from streamwal.proto import groups_pb2 as gpb
+from streamwal.proto import streaming_pb2 as pb
 
 log = logging.getLogger("streamwal.node.groups")
 
@@ -111,7 +113,9 @@ class GroupService:
     async def _persist(self, ch: Channel, term: int, table: CursorTable) -> None:
         future = self.wal.append(ch, term, table.encode(), 1, records.FLAG_CURSORS)
         try:
-            await asyncio.shield(future)
+            base, _ = await asyncio.shield(future)
+            if self.wal.replication.needs_quorum(ch, pb.ACK_LEVEL_DEFAULT):
+                await self.wal.replication.wait_commit(ch, term, base + 1)
         except BaseException:
             self._tables.pop(ch.name, None)  # reload what is durable at the next call
             raise
