@@ -77,3 +77,12 @@ class NodeMetrics:
             ["pchannel", "role"],
             registry=r,
         )
+        self.open_txns = Gauge(
+            "streamwal_txn_open", "Transactions buffered on the node", registry=r
+        )
+        self.txns = Counter(
+            "streamwal_txns",
+            "Transactions ended, by outcome (committed, rolled_back, expired, lost, refused)",
+            ["outcome"],
+            registry=r,
+        )

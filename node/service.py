@@ -76,7 +76,10 @@ class NodeService:
         self._ids = itertools.count(1)
         self.serving = True
         cfg = wal.config
-        self.txns = TxnTable(TxnLimits(cfg.txn_keepalive_s, cfg.txn_max_bytes, cfg.txn_max_open))
+        limits = TxnLimits(cfg.txn_keepalive_s, cfg.txn_max_bytes, cfg.txn_max_open)
+        m = wal.metrics
+        self.txns = TxnTable(limits, lambda outcome: m.txns.labels(outcome).inc())
+        m.open_txns.set_function(lambda: len(self.txns))
 
     def handlers(self) -> list[grpc.GenericRpcHandler]:
         def ser(msg) -> bytes:

@@ -11,6 +11,7 @@ operation and each begin), so no timer task is needed.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from streamwal.errors import (
@@ -51,8 +52,11 @@ class OpenTxn:
 
 
 class TxnTable:
-    def __init__(self, limits: TxnLimits) -> None:
+    def __init__(self, limits: TxnLimits, on_close: Callable[[str], None] | None = None) -> None:
+        """`on_close(outcome)` hears how each txn ended: committed, rolled_back, expired,
+        lost or refused (for metrics)."""
         self.limits = limits
+        self._on_close = on_close
         self._open: dict[int, OpenTxn] = {}
         self._closed: OrderedDict[int, str] = OrderedDict()  # txn id -> why it ended
         self._next_id = 1
@@ -108,21 +112,23 @@ class TxnTable:
         txn = self._get(owner, txn_id, now)
         del self._open[txn_id]
         if txn.term != term:
-            self._remember(txn_id, f"lost: begun under term {txn.term}, the pchannel moved on")
+            self._remember(
+                txn_id, f"lost: begun under term {txn.term}, the pchannel moved on", "lost"
+            )
             raise InvalidTransactionState(
                 f"txn {txn_id} was begun under term {txn.term} of {txn.pchannel!r}, which is "
                 f"now at term {term}: the txn is lost"
             )
         if not txn.count:
-            self._remember(txn_id, "committed empty (refused)")
+            self._remember(txn_id, "committed empty (refused)", "refused")
             raise InvalidArgument(f"txn {txn_id} has no messages: nothing to commit")
-        self._remember(txn_id, "committed")
+        self._remember(txn_id, "committed", "committed")
         return txn
 
     def rollback(self, owner: object, txn_id: int, now: float) -> OpenTxn:
         txn = self._get(owner, txn_id, now)
         del self._open[txn_id]
-        self._remember(txn_id, "rolled back")
+        self._remember(txn_id, "rolled back", "rolled_back")
         return txn
 
     def drop_owner(self, owner: object) -> int:
@@ -130,7 +136,7 @@ class TxnTable:
         ids = [t.txn_id for t in self._open.values() if t.owner is owner]
         for txn_id in ids:
             del self._open[txn_id]
-            self._remember(txn_id, "lost: its producer stream ended")
+            self._remember(txn_id, "lost: its producer stream ended", "lost")
         return len(ids)
 
     def sweep(self, now: float) -> list[OpenTxn]:
@@ -138,7 +144,9 @@ class TxnTable:
         expired = [t for t in self._open.values() if now > t.deadline]
         for txn in expired:
             del self._open[txn.txn_id]
-            self._remember(txn.txn_id, f"expired: no append within {txn.keepalive_s:g} s")
+            self._remember(
+                txn.txn_id, f"expired: no append within {txn.keepalive_s:g} s", "expired"
+            )
         return expired
 
     def _get(self, owner: object, txn_id: int, now: float) -> OpenTxn:
@@ -161,7 +169,9 @@ class TxnTable:
             return TransactionExpired(f"txn {txn_id} {why}; it was rolled back")
         return InvalidTransactionState(f"txn {txn_id} is closed ({why})")
 
-    def _remember(self, txn_id: int, why: str) -> None:
+    def _remember(self, txn_id: int, why: str, outcome: str) -> None:
+        if self._on_close is not None:
+            self._on_close(outcome)
         self._closed[txn_id] = why
         while len(self._closed) > _REMEMBERED:
             self._closed.popitem(last=False)

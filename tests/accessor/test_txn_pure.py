@@ -72,6 +72,19 @@ def test_a_txn_belongs_to_its_stream_and_term() -> None:
     assert len(t) == 1
 
 
+def test_every_ending_is_reported_once() -> None:
+    outcomes: list[str] = []
+    t = TxnTable(TxnLimits(keepalive_s=1.0), outcomes.append)
+    done = t.begin(STREAM, "p", 1, "p_v", None, now=0)
+    t.append(STREAM, done.txn_id, b"x", 1, now=0)
+    t.take(STREAM, done.txn_id, 1, now=0)
+    t.rollback(STREAM, t.begin(STREAM, "p", 1, "p_v", None, now=0).txn_id, now=0)
+    t.begin(STREAM, "p", 1, "p_v", None, now=0)
+    t.begin(OTHER, "p", 1, "p_v", None, now=5)  # sweeps the expired one
+    t.drop_owner(OTHER)
+    assert outcomes == ["committed", "rolled_back", "expired", "lost"]
+
+
 def test_limits() -> None:
     t = _table(max_bytes=10, max_open=2)
     a = t.begin(STREAM, "p", 1, "p_v", None, now=0)
