@@ -39,7 +39,9 @@ async def test_move_with_catch_up_continues_the_log_and_dedup(start_node, pchann
         await producer.close()
         got = await read_log(cb, pchannel, 2)
     assert [m.payload for m in got] == [b"a%d" % i for i in range(3000)] + [b"b"]
-    assert [m.offset for m in got] == list(range(first[0].offset, after[0].offset + 1))
+    # the copied record keeps its offsets; an idle TimeTick may sit before the new append
+    assert [m.offset for m in got[:-1]] == list(range(first[0].offset, first[0].offset + 3000))
+    assert got[-1].offset == after[0].offset > got[-2].offset
     assert {m.term for m in got[:-1]} == {1} and got[-1].term == 2
     ticks = [m.time_tick for m in got]
     assert ticks == sorted(ticks) and len(set(ticks)) == len(ticks)
@@ -61,14 +63,15 @@ async def test_move_back_cuts_the_unclean_suffix(start_node, pchannel) -> None:
         producer = await cb.producer(pchannel, 2)
         newer = await producer.send_many([b"newer%d" % i for i in range(20)])
         await producer.close()
-        assert newer[0].offset == seen[-1].offset + 1 == stranded[0].offset
+        # offsets are not reused (an idle TimeTick may take the first one on B)
+        assert newer[0].offset >= seen[-1].offset + 1 == stranded[0].offset
         await cb.remove(pchannel, 2)
         await ca.assign(pchannel, 3, catch_up_from=b.address)
         got = await read_log(ca, pchannel, 3)
     assert [m.payload for m in got] == [b"seen%d" % i for i in range(60)] + [
         b"newer%d" % i for i in range(20)
     ]
-    assert [m.offset for m in got] == list(range(80))
+    assert [m.offset for m in got] == [m.offset for m in seen + newer]
 
 
 async def test_catch_up_from_an_unreachable_node_fails_and_serves_nothing(

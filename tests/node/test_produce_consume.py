@@ -391,7 +391,7 @@ async def test_stalled_consumers_do_not_slow_producers(client, node, pchannel) -
     stalled_seed = RawConsumer(node.address, pchannel, 1, DeliverPolicy.all())
     await stalled_seed.open()
     first = await read_data(stalled, 1)  # it is live, then stops reading
-    assert first[0].offset == 0
+    assert first[0].offset <= 1  # an idle TimeTick may come first
     with_stall = await phase(1)
     # The stall must not cost producers more than noise on a shared 2-core machine.
     print(f"produce phase: {baseline:.2f} s alone, {with_stall:.2f} s with two stalled consumers")
