@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from typing import Any
 
 from streamwal.client.append import (
@@ -29,6 +30,7 @@ from streamwal.client.node_client import ConsumedMessage
 from streamwal.client.routing import RoutedProducer
 from streamwal.client.scanner import Handler, Scanner
 from streamwal.client.wal import WAL
+from streamwal.client.wal_txn import WALTxn
 from streamwal.errors import InvalidArgument, StreamingError
 from streamwal.message import ResourceKey, pchannel_of
 from streamwal.proto import streaming_pb2 as pb
@@ -179,7 +181,31 @@ class WALAccessor:
     async def _append_group(
         self, vchannel: str, msgs: list[Message], opts: AppendOption
     ) -> list[AppendResult]:
-        return await self.append_batch(vchannel, msgs, opts.barrier_time_tick)
+        """One message alone, several as one transaction (Milvus's appendToVChannel)."""
+        if len(msgs) == 1:
+            return await self.append_batch(vchannel, msgs, opts.barrier_time_tick)
+        txn = await self.txn(vchannel)
+        try:
+            for msg in msgs:
+                await txn.append(msg)
+        except BaseException:
+            with suppress(StreamingError):
+                await txn.rollback()
+            raise
+        result = await txn.commit(barrier_time_tick=opts.barrier_time_tick)
+        return [
+            AppendResult(vchannel, mid, result.time_tick, txn.txn_id) for mid in result.message_ids
+        ]
+
+    # -- transactions ------------------------------------------------------------------
+
+    async def txn(self, vchannel: str, keepalive: float | None = None) -> WALTxn:
+        """Begin a transaction on `vchannel`: its messages appear together, contiguous,
+        with the commit's time tick, or never. `keepalive` (seconds) is how long it may
+        go without an append before the node expires it (None: the node's default)."""
+        pchannel, _ = await self.wal.resolve(vchannel)
+        producer = await self.producer(pchannel)
+        return WALTxn(await producer.begin_txn(vchannel, keepalive), self.observe)
 
     # -- broadcast ---------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from contextlib import suppress
 from typing import TYPE_CHECKING
 
 from streamwal.client.append import Message
+from streamwal.client.consumer_group import GroupConsumer, RoutedGroup
 from streamwal.client.msgstream_merge import TtMerger
 from streamwal.client.msgstream_types import (
     MsgPack,
@@ -33,6 +34,7 @@ from streamwal.client.node_client import ConsumedMessage
 from streamwal.client.policy import DeliverFilter, DeliverPolicy
 from streamwal.errors import InvalidArgument
 from streamwal.message import RESERVED_PREFIX, MsgType
+from streamwal.proto import streaming_pb2 as pb
 
 if TYPE_CHECKING:
     from streamwal.client.accessor import WALAccessor
@@ -61,7 +63,8 @@ class MsgStream:
         self.sub_name = ""
         self._initial = EARLIEST
         self._repack: RepackFunc = default_repack
-        self._start: dict[str, MsgPosition] = {}
+        self._start: dict[str, MsgPosition] = {}  # where each channel stands
+        self._seek: dict[str, MsgPosition] = {}  # seeks not yet applied to a group
         self._tasks: list[asyncio.Task] = []
         self._queue: asyncio.Queue = asyncio.Queue(maxsize=64)
 
@@ -106,8 +109,11 @@ class MsgStream:
     async def as_consumer(
         self, channels: Sequence[str], sub_name: str, position: str = EARLIEST
     ) -> None:
-        """Consume `channels` from the earliest retained message (or only new ones with
-        `position="latest"`); `sub_name` names the subscription in every MsgPosition."""
+        """Consume `channels` as subscription `sub_name` (it names every MsgPosition), from
+        the earliest retained message or, with `position="latest"`, only new ones; a
+        subscription that exists already continues from its cursor (MsgStream)."""
+        if not sub_name:
+            raise InvalidArgument("as_consumer needs a subscription name")
         if position not in (EARLIEST, LATEST):
             raise InvalidArgument(f"position must be {EARLIEST!r} or {LATEST!r}, not {position!r}")
         for channel in channels:
@@ -123,13 +129,8 @@ class MsgStream:
             if pos.channel_name not in self.consumer_channels:
                 raise InvalidArgument(f"{pos.channel_name!r} is not a consumer channel")
             self._start[pos.channel_name] = pos
+            self._seek[pos.channel_name] = pos
         await self._stop_consumers()
-
-    def _policy(self, channel: str):
-        start = self._start.get(channel)
-        if start is not None:
-            return DeliverPolicy.start_after(start.offset)
-        return DeliverPolicy.all() if self._initial == EARLIEST else DeliverPolicy.latest()
 
     def _start_consumers(self) -> None:
         if not self.consumer_channels:
@@ -155,7 +156,18 @@ class MsgStream:
             await self._queue.put(exc)
 
     async def _open(self, channel: str):
-        return await self._wal.wal.consumer(channel, self._policy(channel))
+        """The subscription's server-side consumer group on the channel: consumers of one
+        subscription share its messages (each goes to one of them), and its cursor is
+        kept by the node (it survives restarts and moves with the pchannel)."""
+        pchannel, vchannel = await self._wal.wal.resolve(channel)
+        group = RoutedGroup(self._wal.wal, pchannel, f"{self.sub_name}@{channel}", vchannel)
+        created = await group.create()
+        seek = self._seek.pop(channel, None)
+        if seek is not None:
+            await group.seek(seek.offset + 1)
+        elif created and self._initial == LATEST:
+            await group.seek(await self._wal.wal.end_offset(pchannel))
+        return GroupConsumer(group)
 
     def _items(self, channel: str, batch: list[ConsumedMessage]) -> list:
         if not batch:
@@ -224,7 +236,15 @@ class TtMsgStream(MsgStream):
         self._merger = TtMerger(self.consumer_channels, self.sub_name, self._start.values())
         super()._start_consumers()
 
+    def _policy(self, channel: str) -> pb.DeliverPolicy:
+        start = self._start.get(channel)
+        if start is not None:
+            return DeliverPolicy.start_after(start.offset)
+        return DeliverPolicy.all() if self._initial == EARLIEST else DeliverPolicy.latest()
+
     async def _open(self, channel: str):
+        """A plain routed consumer with TimeTicks: the merge needs every message of every
+        channel, so a TtMsgStream never shares a consumer group."""
         assert self._merger is not None
         filters = [DeliverFilter.time_tick_gt(self._merger.last_end)] if self._start else []
         return await self._wal.wal.consumer(

@@ -649,7 +649,8 @@ class Producer:
                 await self._call.write(encoding.close_frame())
                 await self._call.done_writing()
                 await asyncio.wait_for(self._reader, 5)
-            except (grpc.RpcError, TimeoutError, asyncio.CancelledError):
+            except (grpc.RpcError, TimeoutError, asyncio.CancelledError, asyncio.InvalidStateError):
+                # InvalidStateError: the RPC ended before our reader noticed (nothing to say)
                 pass
         if self._reader:
             self._reader.cancel()

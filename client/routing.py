@@ -31,6 +31,7 @@ import grpc
 from streamwal.client.discovery import AssignmentWatcher, NoRoute, Route
 from streamwal.client.node_client import AppendResult, ConsumedMessage, NodeClient, Producer
 from streamwal.client.policy import DeliverPolicy
+from streamwal.client.txn import Txn
 from streamwal.errors import OnShutdown, StreamingError, Unavailable, is_fencing_error
 from streamwal.proto import streaming_pb2 as pb
 from streamwal.transport import TransportConfig
@@ -260,6 +261,12 @@ class RoutedProducer:
         kwargs.setdefault("vchannel", self.vchannel)
         inner = await self._ready()
         return await self._tracked(inner.send_many(payloads, **kwargs))
+
+    async def begin_txn(self, vchannel: str | None = None, keepalive: float | None = None) -> Txn:
+        """A transaction on the current owner. It does not follow a move: only committed
+        data survives one (see client/txn.py)."""
+        inner = await self._ready()
+        return await inner.begin_txn(vchannel or self.vchannel or self.pchannel, keepalive)
 
     async def send_batch(self, entries: list[bytes], barrier_time_tick: int = 0) -> tuple[int, int]:
         """Append pre-encoded entries (`encoding.encode_entry`, each with its own vchannel,

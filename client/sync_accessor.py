@@ -18,6 +18,8 @@ from streamwal.client.msgstream import EARLIEST, MsgStream
 from streamwal.client.msgstream_types import MsgPack, MsgPosition, RepackFunc
 from streamwal.client.scanner import Handler, Scanner
 from streamwal.client.sync import _Portal
+from streamwal.client.txn import TxnResult
+from streamwal.client.wal_txn import WALTxn
 from streamwal.message import ResourceKey
 from streamwal.proto import streaming_pb2 as pb
 
@@ -39,6 +41,39 @@ class SyncScanner:
 
     def close(self) -> None:
         self._portal.call(self._scanner.close())
+
+
+class SyncTxn:
+    """The accessor's transaction, blocking; `with wal.txn(v) as txn:` commits on a clean
+    exit and rolls back on an exception."""
+
+    def __init__(self, portal: _Portal, txn: WALTxn) -> None:
+        self._portal = portal
+        self.aio = txn
+
+    @property
+    def txn_id(self) -> int:
+        return self.aio.txn_id
+
+    @property
+    def result(self) -> TxnResult | None:
+        """What the commit appended (after a commit)."""
+        return self.aio.result
+
+    def append(self, msg: Message | bytes) -> None:
+        self._portal.call(self.aio.append(msg))
+
+    def commit(self, *, barrier_time_tick: int = 0) -> TxnResult:
+        return self._portal.call(self.aio.commit(barrier_time_tick=barrier_time_tick))
+
+    def rollback(self) -> None:
+        self._portal.call(self.aio.rollback())
+
+    def __enter__(self) -> SyncTxn:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._portal.call(self.aio.__aexit__(exc_type, exc, tb))
 
 
 class SyncBroadcast:
@@ -116,6 +151,9 @@ class SyncWALAccessor:
 
     def raw_append(self, msg: Message, *, barrier_time_tick: int = 0) -> AppendResult:
         return self._portal.call(self.aio.raw_append(msg, barrier_time_tick=barrier_time_tick))
+
+    def txn(self, vchannel: str, keepalive: float | None = None) -> SyncTxn:
+        return SyncTxn(self._portal, self._portal.call(self.aio.txn(vchannel, keepalive)))
 
     def append_messages(self, *msgs: Message) -> AppendResponses:
         return self._portal.call(self.aio.append_messages(*msgs))

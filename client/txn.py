@@ -67,12 +67,16 @@ class Txn:
         )
         self._count += 1
 
-    async def commit(self) -> TxnResult:
-        """Append every buffered message atomically; returns once they are durable."""
+    async def commit(self, *, barrier_time_tick: int = 0) -> TxnResult:
+        """Append every buffered message atomically; returns once they are durable. The
+        commit's time tick is above `barrier_time_tick` (0: no barrier)."""
         self._check_open("commit")
         self._state = "committed"
         resp = await self._producer.txn_request(
-            pb.TxnRequest(commit=pb.TxnCommit(txn_id=self.txn_id)), commit=True
+            pb.TxnRequest(
+                commit=pb.TxnCommit(txn_id=self.txn_id, barrier_time_tick=barrier_time_tick)
+            ),
+            commit=True,
         )
         first = decode_offset(resp.committed.first_id.id)
         ids = list(range(first, first + self._count))

@@ -118,5 +118,11 @@ def _commit(
         stream.out.put_nowait(fail(err))
         return
     stream._submit(
-        txn.body, txn.count, respond(txn.count), fail, producer, flags=records.FLAG_SHARED_TICK
+        txn.body,
+        txn.count,
+        respond(txn.count),
+        fail,
+        producer,
+        barrier_time_tick=req.barrier_time_tick,
+        flags=records.FLAG_SHARED_TICK,
     )

@@ -652,12 +652,14 @@ class TxnAppend(_message.Message):
     def __init__(self, txn_id: _Optional[int] = ..., messages: _Optional[bytes] = ...) -> None: ...
 
 class TxnCommit(_message.Message):
-    __slots__ = ("txn_id", "sequence")
+    __slots__ = ("txn_id", "sequence", "barrier_time_tick")
     TXN_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    BARRIER_TIME_TICK_FIELD_NUMBER: _ClassVar[int]
     txn_id: int
     sequence: int
-    def __init__(self, txn_id: _Optional[int] = ..., sequence: _Optional[int] = ...) -> None: ...
+    barrier_time_tick: int
+    def __init__(self, txn_id: _Optional[int] = ..., sequence: _Optional[int] = ..., barrier_time_tick: _Optional[int] = ...) -> None: ...
 
 class TxnRollback(_message.Message):
     __slots__ = ("txn_id",)

@@ -19,7 +19,8 @@ def test_the_page_has_an_example_per_feature() -> None:
     text = "\n".join(BLOCKS)
     for feature in ("raw_append(", "barrier_time_tick=", "broadcast()", "ResourceKey(",
                     "wal.read(", "append_messages(", "msg_stream()", "tt_msg_stream()",
-                    "seek(", "asyncio.run("):  # fmt: skip
+                    "seek(", "asyncio.run(", "wal.txn(",
+                    "as_consumer(channels, \"workers\")"):  # fmt: skip
         assert feature in text, f"docs/api.md has no example of {feature}"
 
 
