@@ -79,6 +79,7 @@ class Failover:
     recovered_s: float | None = None  # from the kill to the producer's first rerouted send
     catch_up_from: int | str | None = None  # node id the new owner copied the log from
     unclean: bool = False
+    replicated: bool = False  # a replica took over (members in the coord's event)
     later: list[tuple[int, int]] = field(default_factory=list)  # further moves (node, term)
 
 
@@ -193,6 +194,7 @@ def _failovers(
                 source = event.get("catch_up_from")
                 f.catch_up_from = nodes.get(source, source) if source else None
                 f.unclean = bool(event.get("unclean"))
+                f.replicated = bool(event.get("members"))
             else:
                 f.later.append((event.get("new_node"), event.get("new_term")))
         out.append(f)
@@ -330,6 +332,12 @@ def render(summary: dict) -> str:
             how = "UNCLEAN: no catch-up (node lost), its records stranded"
         elif f["catch_up_from"] is not None:
             how = f"moved, log copied from the restarted node {f['catch_up_from']}"
+        elif f["replicated"]:
+            how = (
+                "the restarted node led again (its log was complete)"
+                if f["new_node"] == f["old_node"]
+                else "a follower with the whole log took over"
+            )
         elif f["new_node"] == f["old_node"]:
             how = "re-assigned on the restarted node (its own log)"
         else:

@@ -72,6 +72,9 @@ class ReplicationDriver:
         self._rejoined_at: dict[tuple[str, int], float] = {}
         # A handover the drained leader won (it still had the longest log): retry later.
         self._handover_after: dict[str, float] = {}
+        # Pchannels led per node, counted by this round's choices as they are made, so that
+        # pchannels placed in one round get different leaders.
+        self._leaders: dict[int, int] = {}
 
     # ----------------------------------------------------------------- observations
 
@@ -156,6 +159,7 @@ class ReplicationDriver:
         records = self.coord._records
         sets = {n: member_ids(s.record) for n, s in records.items() if is_replicated(s.record)}
         loads = rs.replica_loads(sets, self.coord.config.nodes)
+        self._leaders = self._leader_counts()
         jobs = []
         for name in sorted(names):
             record = records[name].record
@@ -266,7 +270,7 @@ class ReplicationDriver:
             targets = {n for v in voters for n in v} | set(change.members)
             refs = [self._ref(n, before) for n in sorted(targets) if n in alive]
             reports = await self._fence(name, term, refs)
-            leaders = self._leader_counts()
+            leaders = self._leaders
             choice = lc.choose_leader(
                 {r.node: r for r in reports},
                 [v for v in voters if v] or [change.members],
@@ -290,6 +294,9 @@ class ReplicationDriver:
                 return False
 
             leader = self._ref(choice.leader, before)
+            leaders[leader.server_id] = leaders.get(leader.server_id, 0) + 1
+            if old_leader is not None and before.meta.state == sm.ASSIGNED:
+                leaders[old_leader] = max(leaders.get(old_leader, 0) - 1, 0)
             members = [r.to_proto() for r in new_refs]
             try:
                 await coord.links.assign(

@@ -9,6 +9,7 @@ import urllib.request
 
 from streamwal.client.node_client import NodeClient
 from streamwal.coord import state_machine as sm
+from streamwal.coord.dev import DevConfig, run_dev
 from streamwal.proto import coord_pb2 as cpb
 from streamwal.proto import streaming_pb2 as pb
 from tests.replication.checker import Acked, check, read_replicas
@@ -40,9 +41,15 @@ async def test_replicated_channel_is_placed_led_and_described(cluster):
     metrics_port = cluster.free_port()
     await cluster.start_coord([1, 2, 3], "--metrics", f"127.0.0.1:{metrics_port}")
     out = await cluster.cli("channel", "create", "--coord", cluster.coord_address,
-                            "--replicas", "3", "--prefix", "r")  # fmt: skip
-    name = out.strip()
-    d = await wait_for(lambda: settled(cluster, name), 20, 0.1, "3 replicas placed")
+                            "--replicas", "3", "--prefix", "r", "--count", "3")  # fmt: skip
+    names = out.split()
+    assert len(names) == 3
+    placed = [
+        await wait_for(lambda n=n: settled(cluster, n), 20, 0.1, f"{n} placed") for n in names
+    ]
+    # leaders spread over the nodes, also when placed in one round
+    assert sorted(d.meta.node.server_id for d in placed) == [1, 2, 3]
+    name, d = names[0], placed[0]
     assert d.replicas == 3 and sorted(m.server_id for m in d.members) == [1, 2, 3]
     leader, term = d.meta.node.server_id, d.meta.channel.term
     for node in (1, 2, 3):
@@ -138,3 +145,18 @@ async def test_drained_leader_hands_over_to_an_up_to_date_follower(cluster):
     logs = await read_replicas({m.server_id: m.address for m in d.members}, name)
     verdict = check(logs, [Acked("m", i, r.offset) for i, r in enumerate(acked)])
     assert verdict.ok, verdict.summary()
+
+
+async def test_streamwal_dev_with_3_replicas_loses_nothing_even_without_a_restart(tmp_path):
+    """The single-replica case of this story is unclean (records stranded on the dead
+    node); with 3 replicas a follower holding every acknowledged message takes over."""
+    config = DevConfig(
+        nodes=3, pchannels=3, replicas=3, messages=6000, restart_after=None, grace=1.0
+    )
+    summary = await run_dev(config, tmp_path / "dev", lambda _: None)
+    assert summary["failovers"], "the killed node led no pchannel"
+    assert summary["unclean_failovers"] == [] and summary["stranded_on_killed_node"] == 0
+    for f in summary["failovers"]:
+        assert f["new_node"] != summary["killed_node"] and f["new_term"] > f["old_term"]
+    assert summary["acknowledged"] == summary["sent"] == 6000
+    assert summary["ok"], summary
