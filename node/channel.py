@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+from collections.abc import Coroutine
+from typing import Any
 
 from streamwal.node.clock import HybridClock
 from streamwal.node.fencing import Fence
@@ -86,10 +88,12 @@ class Channel:
         self._changed.set()
         self._changed = asyncio.Event()
 
-    async def wait_changed(self, timeout: float | None = None) -> None:
-        event = self._changed
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), timeout)
+    def wait_changed(self, timeout: float | None = None) -> Coroutine[Any, Any, None]:
+        """Waits for the next notify after this call. Not a coroutine function on purpose:
+        callers wrap it in a task that first runs a loop step later, and a notify in
+        between (an inline group commit) must still wake it, or a replication stream
+        sleeps until the idle time tick (the 250 ms QUORUM stalls)."""
+        return _wait_set(self._changed, timeout)
 
     def cached_from(
         self, offset: int, limit: int, max_bytes: int
@@ -157,3 +161,8 @@ class _TailCache:
         while self._start < len(self._bases) and self._bases[self._start] < offset:
             self._bytes -= len(self._values[self._start])
             self._start += 1
+
+
+async def _wait_set(event: asyncio.Event, timeout: float | None) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), timeout)

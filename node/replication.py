@@ -436,10 +436,13 @@ class _LeaderStream:
         for base, value in recs:
             if base < self.position:  # a record the follower already has (never split)
                 continue
-            await self.context.write(self._entry(offset=base, record=value))
+            entry = self._entry(offset=base, record=value)
+            # Advanced before the write: the follower's ack of this record may be read
+            # while the write is still awaited, and an ack above `position` is clipped.
             self.position = base + records.peek(value)[2]
             self.window.append((self.position, len(value)))
             self.inflight += len(value)
+            await self.context.write(entry)
 
     async def _read_acks(self) -> StreamingError | None:
         """Follower acks until it closes (None) or misbehaves (the error)."""
