@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Sequence
-from contextlib import suppress
 from typing import TYPE_CHECKING
 
 from streamwal.client.append import Message
@@ -35,6 +34,7 @@ from streamwal.client.policy import DeliverFilter, DeliverPolicy
 from streamwal.errors import InvalidArgument
 from streamwal.message import RESERVED_PREFIX, MsgType
 from streamwal.proto import streaming_pb2 as pb
+from streamwal.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from streamwal.client.accessor import WALAccessor
@@ -205,11 +205,7 @@ class MsgStream:
         return await self.consume()
 
     async def _stop_consumers(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(self._tasks)
         self._tasks = []
 
     async def close(self) -> None:

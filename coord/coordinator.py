@@ -38,6 +38,7 @@ from streamwal.coord.replication import ReplicationDriver, is_replicated, member
 from streamwal.errors import ChannelNotExist, InvalidArgument, StreamingError
 from streamwal.proto import coord_pb2 as cpb
 from streamwal.proto import streaming_pb2 as pb
+from streamwal.tasks import cancel_and_wait
 
 log = logging.getLogger("streamwal.coord")
 
@@ -143,11 +144,7 @@ class Coordinator:
         ]
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(self._tasks)
         self._tasks = []
         await self.broadcaster.stop()
         self.hub.close_all()

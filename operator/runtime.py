@@ -25,6 +25,7 @@ from streamwal.errors import ChannelNotExist, StreamingError
 from streamwal.operator import pods as podlib
 from streamwal.operator import status as st
 from streamwal.operator.kube_meta_store import GROUP, KIND, VERSION, KubeMetaStore
+from streamwal.tasks import cancel_and_wait
 
 log = logging.getLogger("streamwal.operator")
 
@@ -95,11 +96,7 @@ class OperatorRuntime:
         )  # fmt: skip
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(self._tasks)
         if self._server is not None:
             await self._server.stop(grace=1.0)
         await self.coord.stop()
