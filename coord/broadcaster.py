@@ -30,7 +30,7 @@ from streamwal.client.encoding import encode_entry, encode_properties
 from streamwal.client.node_client import NodeClient
 from streamwal.coord import broadcast_task as bt
 from streamwal.coord import state_machine as sm
-from streamwal.coord.meta_store import StoredBroadcast
+from streamwal.coord.meta_store import StoredBroadcast, VersionConflict
 from streamwal.coord.resource_keys import ResourceKeyTable, normalize
 from streamwal.errors import (
     BroadcastNotFound,
@@ -38,7 +38,6 @@ from streamwal.errors import (
     InvalidArgument,
     StreamingError,
     Unavailable,
-    Unsupported,
     is_fencing_error,
 )
 from streamwal.message import ResourceKey, pchannel_of
@@ -86,14 +85,19 @@ def _now_ms() -> int:
 
 
 class Broadcaster:
-    """Broadcast tasks of one coord; `unsupported` says why broadcasts are refused, if so."""
+    """Broadcast tasks of one coord; `standby` says why it does not drive them now, if so.
+
+    `held` (set by an embedding that elects one active coord among replicas: the operator)
+    keeps `start` from loading and driving tasks on a standby replica.
+    """
 
     def __init__(self, coord: Coordinator, config: BroadcastConfig | None = None) -> None:
         self.coord = coord
         self.config = config or BroadcastConfig()
         self.metrics = BroadcastMetrics(coord.metrics.registry)
         self.keys = ResourceKeyTable()
-        self.unsupported: str | None = "the coord has not started"
+        self.standby: str | None = "the coord has not started"
+        self.held: str | None = None
         self._tasks: dict[int, StoredBroadcast] = {}
         self._by_request: dict[str, int] = {}
         self._next_id = 1
@@ -104,14 +108,18 @@ class Broadcaster:
     # ----------------------------------------------------------------- lifecycle
 
     async def start(self) -> None:
-        """Load every task, rebuild the lock table, resume what is PENDING."""
-        try:
-            stored = await self.coord.store.list_broadcasts()
-        except Unsupported as err:
-            self.unsupported = err.cause
-            log.info("broadcast disabled", extra={"reason": err.cause})
+        """Load every task, rebuild the lock table, resume what is PENDING.
+
+        Also after a `stop`: the store is the truth, what this coord held in memory is
+        dropped (another replica may have driven the tasks meanwhile).
+        """
+        if self.held is not None:
+            self.standby = self.held
             return
-        self.unsupported = None
+        stored = await self.coord.store.list_broadcasts()
+        self._tasks, self._by_request, self._locks = {}, {}, {}
+        self.keys = ResourceKeyTable()
+        self._next_id = 1
         for s in stored:
             bid = s.task.broadcast_id
             self._tasks[bid] = s
@@ -122,6 +130,7 @@ class Broadcaster:
                     self.keys.acquire(bid, bt.resource_keys(s.task))
                 except StreamingError as err:  # only if the store was edited by hand
                     log.error("resource keys not restored", extra={"id": bid, "error": str(err)})
+        self.standby = None
         pending = [b for b, s in self._tasks.items() if s.task.state == bt.PENDING]
         for bid in pending:
             self._spawn(bid)
@@ -129,23 +138,25 @@ class Broadcaster:
         await self._prune()
         log.info("broadcaster started", extra={"tasks": len(self._tasks), "resumed": pending})
 
-    async def stop(self) -> None:
+    async def stop(self, reason: str = "the coord has stopped") -> None:
+        self.standby = reason
         runners, self._runners = list(self._runners.values()), {}
         for task in runners:
             task.cancel()
         for task in runners:
             with suppress(asyncio.CancelledError):
                 await task
+        await self._notify()
 
-    def _check_supported(self) -> None:
-        if self.unsupported is not None:
-            raise Unsupported(f"broadcast is not available: {self.unsupported}")
+    def _check_active(self) -> None:
+        if self.standby is not None:
+            raise Unavailable(f"broadcast is not available here: {self.standby}")
 
     # ----------------------------------------------------------------- requests
 
     async def broadcast(self, request: bpb.BroadcastRequest) -> bpb.BroadcastResponse:
         """Record, append everywhere, answer; a known request id answers its first task."""
-        self._check_supported()
+        self._check_active()
         bid = self._by_request.get(request.request_id) if request.request_id else None
         if bid is None:
             bid = await self._record(request)
@@ -205,6 +216,7 @@ class Broadcaster:
     async def _wait_appended(self, request_id: str, bid: int) -> bpb.BroadcastTask:
         async with self._changed:
             while True:
+                self._check_active()
                 stored = self._tasks.get(bid)
                 if stored is not None and stored.task.state != bt.PENDING:
                     return stored.task
@@ -214,7 +226,7 @@ class Broadcaster:
 
     async def ack(self, broadcast_id: int, vchannel: str) -> None:
         """Mark `vchannel` acked (idempotent); the last ack releases the task's keys."""
-        self._check_supported()
+        self._check_active()
         async with self._lock(broadcast_id):
             stored = self._tasks.get(broadcast_id)
             if stored is None:
@@ -232,7 +244,7 @@ class Broadcaster:
 
     async def wait_resource_key(self, domain: str, key: str, until_all: bool) -> None:
         """Until every broadcast holding (domain, key) now is acked once (or everywhere)."""
-        self._check_supported()
+        self._check_active()
         holders = self.keys.holders(domain, key)
 
         def released(bid: int) -> bool:
@@ -325,13 +337,24 @@ class Broadcaster:
 
     async def _put(self, stored: StoredBroadcast, task: bpb.BroadcastTask) -> None:
         bid = task.broadcast_id
-        self._tasks[bid] = await self.coord.store.put_broadcast(task, stored.version)
+        try:
+            self._tasks[bid] = await self.coord.store.put_broadcast(task, stored.version)
+        except VersionConflict:  # another writer (a second operator replica): take its copy
+            await self._reload(bid)
+            raise
         if not bt.holds_keys(task):
             self.keys.release(bid)
         self._count()
         await self._notify()
         if task.state == bt.TOMBSTONE and stored.task.state != bt.TOMBSTONE:
             await self._prune()
+
+    async def _reload(self, bid: int) -> None:
+        """Re-read one task from the store so the next attempt decides on what is there."""
+        for s in await self.coord.store.list_broadcasts():
+            if s.task.broadcast_id == bid:
+                self._tasks[bid] = s
+                return
 
     async def _notify(self) -> None:
         async with self._changed:

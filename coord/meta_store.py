@@ -27,7 +27,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from streamwal.errors import InvalidArgument, StreamingError, Unsupported
+from streamwal.errors import InvalidArgument, StreamingError
 from streamwal.proto import broadcast_pb2 as bpb
 from streamwal.proto import coord_pb2 as cpb
 
@@ -100,19 +100,18 @@ class MetaStore(abc.ABC):
     @abc.abstractmethod
     async def put_cluster(self, record: cpb.ClusterRecord, expected: str | None) -> str: ...
 
-    # Broadcast tasks (coord/broadcaster.py). Optional: a store without them makes the
-    # coord refuse broadcasts with Unsupported instead of losing tasks.
+    # Broadcast tasks (coord/broadcaster.py).
+    @abc.abstractmethod
     async def list_broadcasts(self) -> list[StoredBroadcast]:
         """Every broadcast task, sorted by id."""
-        raise Unsupported(f"{type(self).__name__} does not keep broadcast tasks")
 
+    @abc.abstractmethod
     async def put_broadcast(self, task: bpb.BroadcastTask, expected: str | None) -> StoredBroadcast:
         """Compare-and-put of a task (None: it must not exist yet); durable when it returns."""
-        raise Unsupported(f"{type(self).__name__} does not keep broadcast tasks")
 
+    @abc.abstractmethod
     async def delete_broadcast(self, broadcast_id: int) -> None:
-        """Forget a task (an expired tombstone)."""
-        raise Unsupported(f"{type(self).__name__} does not keep broadcast tasks")
+        """Forget a task (an expired tombstone); a task that is gone already is no error."""
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release whatever the store holds."""

@@ -7,6 +7,12 @@ re-reads and decides again. So two operators racing can both try, but a term is 
 written over the version it was computed from, and terms only grow. ``spec`` is never
 written; objects are never created here (users create them with kubectl).
 
+Broadcast tasks are ConfigMaps of the same namespace, one per task
+(``streamwal-broadcast-<id>``, label ``streamwal.io/broadcast=true``, the serialized
+`BroadcastTask` in ``binaryData``), replaced with their ``resourceVersion`` as the
+precondition: a 409 is a `VersionConflict` (another operator replica wrote), so the
+broadcaster re-reads and decides again.
+
 The sync `kubernetes` client runs in worker threads; calls are few (one per state change
 and one list per resync), so this stays simple.
 """
@@ -14,6 +20,7 @@ and one list per resync), so this stays simple.
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import time
 from collections.abc import Callable
@@ -22,15 +29,43 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from streamwal.coord.meta_store import MetaStore, Stored, VersionConflict
+from streamwal.coord.meta_store import MetaStore, Stored, StoredBroadcast, VersionConflict
 from streamwal.errors import InvalidArgument, Unavailable
 from streamwal.operator import status as st
+from streamwal.proto import broadcast_pb2 as bpb
 from streamwal.proto import coord_pb2 as cpb
 
 log = logging.getLogger("streamwal.operator.store")
 
 GROUP, VERSION, PLURAL, KIND = "streamwal.io", "v1alpha1", "pchannels", "PChannel"
 Obj = dict[str, Any]
+BROADCAST_LABEL, BROADCAST_PREFIX, BROADCAST_KEY = (
+    "streamwal.io/broadcast",
+    "streamwal-broadcast-",
+    "task",
+)
+
+
+def broadcast_config_map(task: bpb.BroadcastTask, version: str | None) -> Obj:
+    """The ConfigMap holding `task`; `version` (a resourceVersion) makes a replace guarded."""
+    metadata: Obj = {
+        "name": f"{BROADCAST_PREFIX}{task.broadcast_id}",
+        "labels": {BROADCAST_LABEL: "true", "app.kubernetes.io/managed-by": "streamwal-operator"},
+    }
+    if version is not None:
+        metadata["resourceVersion"] = version
+    data = base64.b64encode(task.SerializeToString()).decode()
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata,
+            "binaryData": {BROADCAST_KEY: data}}  # fmt: skip
+
+
+def broadcast_from_config_map(cm: Any) -> StoredBroadcast:
+    """A listed ConfigMap (kubernetes client model) back to the task it holds."""
+    data = (cm.binary_data or {}).get(BROADCAST_KEY)
+    if data is None:
+        raise InvalidArgument(f"ConfigMap {cm.metadata.name} holds no broadcast task")
+    task = bpb.BroadcastTask.FromString(base64.b64decode(data))
+    return StoredBroadcast(task, cm.metadata.resource_version)
 
 
 class KubeMetaStore(MetaStore):
@@ -44,6 +79,7 @@ class KubeMetaStore(MetaStore):
         timeout: float = 10.0,
     ) -> None:
         self.api = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
         self.namespace = namespace
         self.live_nodes = live_nodes
         self.timeout = timeout
@@ -129,3 +165,47 @@ class KubeMetaStore(MetaStore):
         self._cluster.CopyFrom(record)
         self._cluster_version += 1
         return str(self._cluster_version)
+
+    async def list_broadcasts(self) -> list[StoredBroadcast]:
+        listed = await self._call(
+            self.core.list_namespaced_config_map,
+            self.namespace,
+            label_selector=f"{BROADCAST_LABEL}=true",
+        )
+        tasks = [broadcast_from_config_map(cm) for cm in listed.items]
+        return sorted(tasks, key=lambda s: s.task.broadcast_id)
+
+    async def put_broadcast(self, task: bpb.BroadcastTask, expected: str | None) -> StoredBroadcast:
+        bid = task.broadcast_id
+        if bid <= 0:
+            raise InvalidArgument(f"broadcast id must be positive, got {bid}")
+        body = broadcast_config_map(task, expected)
+        name = body["metadata"]["name"]
+        try:
+            if expected is None:
+                out = await self._call(self.core.create_namespaced_config_map, self.namespace, body)
+            else:
+                out = await self._call(
+                    self.core.replace_namespaced_config_map, name, self.namespace, body
+                )
+        except ApiException as err:
+            if err.status in (404, 409):
+                raise VersionConflict(
+                    f"broadcast {bid}: resourceVersion {expected} is stale "
+                    f"({err.status} {err.reason})"
+                ) from None
+            raise Unavailable(f"broadcast {bid}: write failed: {err.status} {err.reason}") from None
+        return broadcast_from_config_map(out)
+
+    async def delete_broadcast(self, broadcast_id: int) -> None:
+        try:
+            await self._call(
+                self.core.delete_namespaced_config_map,
+                f"{BROADCAST_PREFIX}{broadcast_id}",
+                self.namespace,
+            )
+        except ApiException as err:
+            if err.status != 404:
+                raise Unavailable(
+                    f"broadcast {broadcast_id}: delete failed: {err.status} {err.reason}"
+                ) from None

@@ -32,6 +32,7 @@ log = logging.getLogger("streamwal.operator")
 # The coordinator acts only while Kopf is running our handlers: per-PChannel daemons touch
 # the gate every second and Kopf stops them when peering pauses this replica.
 GATE_SECONDS = 5.0
+STANDBY = "this operator replica is not the active one"
 
 
 @dataclass
@@ -66,11 +67,14 @@ class OperatorRuntime:
         )
         self.coord.listener = self._on_outcome
         self.coord.active = False
+        # Broadcasts are driven by the active replica only (started by the activity gate).
+        self.coord.broadcaster.held = STANDBY
         self.pods: dict[str, dict[str, Any]] = {}
         self.grpc_port: int | None = None
         self.metrics_port: int | None = None
         self._server = None
         self._last_touch = 0.0
+        self._broadcast_retry_at = 0.0
         self._refresh_wanted = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
 
@@ -117,8 +121,28 @@ class OperatorRuntime:
                     await self.coord.refresh()
             elif not active and self.coord.active:
                 log.info("operator paused: not reconciling")
+                self.coord.broadcaster.held = STANDBY
+                await self.coord.broadcaster.stop(STANDBY)
             self.coord.active = active
+            if active and self.coord.broadcaster.standby is not None:
+                await self._start_broadcasts()
             await asyncio.sleep(0.5)
+
+    async def _start_broadcasts(self) -> None:
+        """Load the broadcast ConfigMaps and resume pending tasks (retried every 5 s).
+
+        Reconciling PChannels does not wait for this: a failing ConfigMap API (say, a chart
+        without the ConfigMap rule) only leaves broadcasts answering Unavailable.
+        """
+        if time.monotonic() < self._broadcast_retry_at:
+            return
+        self.coord.broadcaster.held = None
+        try:
+            await self.coord.broadcaster.start()
+        except Exception as err:  # API unreachable or forbidden: stay standby, retry
+            self.coord.broadcaster.held = STANDBY
+            self._broadcast_retry_at = time.monotonic() + GATE_SECONDS
+            log.warning("broadcast tasks not loaded", extra={"error": str(err)})
 
     # ----------------------------------------------------------------- inputs
 

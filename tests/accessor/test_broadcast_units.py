@@ -7,10 +7,9 @@ import pytest
 from streamwal.coord import broadcast_task as bt
 from streamwal.coord.meta_store import LocalMetaStore, VersionConflict
 from streamwal.coord.resource_keys import ResourceKeyTable, normalize
-from streamwal.errors import InvalidArgument, ResourceKeyConflict, Unsupported
+from streamwal.errors import InvalidArgument, ResourceKeyConflict
 from streamwal.ids import decode_offset
 from streamwal.message import PROP_BROADCAST_ID, PROP_VCHANNEL, ResourceKey
-from streamwal.proto import broadcast_pb2 as bpb
 from streamwal.proto import streaming_pb2 as pb
 
 TARGETS = {"p_0_v1": "p_0", "p_0_v2": "p_0", "p_1_v1": "p_1"}
@@ -152,24 +151,6 @@ async def test_local_store_keeps_tasks_across_reopen(tmp_path):
     assert [s.task.broadcast_id for s in listed] == [1]
     assert listed[0].task == done
     await store.close()
-
-
-# ------------------------------------------------------------------ the operator's store
-
-
-async def test_the_kubernetes_store_makes_the_coord_refuse_broadcasts_clearly():
-    from kubernetes import client
-
-    from streamwal.coord.coordinator import CoordConfig, Coordinator
-    from streamwal.operator.kube_meta_store import KubeMetaStore
-
-    coord = Coordinator(KubeMetaStore(client.ApiClient(), "ns"), CoordConfig(nodes={}))
-    await coord.broadcaster.start()
-    request = bpb.BroadcastRequest(request_id="r", vchannels=["p_0_v1"])
-    with pytest.raises(Unsupported, match="KubeMetaStore does not keep broadcast tasks"):
-        await coord.broadcaster.broadcast(request)
-    with pytest.raises(Unsupported):
-        await coord.broadcaster.ack(1, "p_0_v1")
 
 
 # ------------------------------------------------------------------ client message shapes

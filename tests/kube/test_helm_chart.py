@@ -81,6 +81,8 @@ def test_operator_rbac_is_least_privilege(kube_bin: Path) -> None:
     assert rules[("streamwal.io", "pchannels")] == {"get", "list", "watch", "patch"}
     assert "update" not in rules[("streamwal.io", "pchannels")]  # never replaces spec
     assert rules[("", "pods")] == {"get", "list", "watch"}
+    # Broadcast tasks are ConfigMaps: written and pruned, never watched.
+    assert rules[("", "configmaps")] == {"get", "list", "create", "update", "patch", "delete"}
     cluster = find(docs, "ClusterRole")
     everything = [v for d in (role, cluster) for rule in d["rules"]
                   for v in rule["verbs"] + rule["resources"] + rule["apiGroups"]]
