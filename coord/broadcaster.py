@@ -20,7 +20,6 @@ import logging
 import os
 import signal
 import time
-from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -42,6 +41,7 @@ from streamwal.errors import (
 )
 from streamwal.message import ResourceKey, pchannel_of
 from streamwal.proto import broadcast_pb2 as bpb
+from streamwal.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from streamwal.coord.coordinator import Coordinator
@@ -141,11 +141,7 @@ class Broadcaster:
     async def stop(self, reason: str = "the coord has stopped") -> None:
         self.standby = reason
         runners, self._runners = list(self._runners.values()), {}
-        for task in runners:
-            task.cancel()
-        for task in runners:
-            with suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(runners)
         await self._notify()
 
     def _check_active(self) -> None:
