@@ -35,6 +35,7 @@ from streamwal.errors import (
     BroadcastNotFound,
     ChannelNotExist,
     InvalidArgument,
+    OnShutdown,
     StreamingError,
     Unavailable,
     is_fencing_error,
@@ -145,8 +146,9 @@ class Broadcaster:
         await self._notify()
 
     def _check_active(self) -> None:
+        # OnShutdown (gRPC UNAVAILABLE): typed, and it says "not served here now, go on".
         if self.standby is not None:
-            raise Unavailable(f"broadcast is not available here: {self.standby}")
+            raise OnShutdown(f"broadcast is not available here: {self.standby}")
 
     # ----------------------------------------------------------------- requests
 

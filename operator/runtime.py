@@ -132,7 +132,7 @@ class OperatorRuntime:
         """Load the broadcast ConfigMaps and resume pending tasks (retried every 5 s).
 
         Reconciling PChannels does not wait for this: a failing ConfigMap API (say, a chart
-        without the ConfigMap rule) only leaves broadcasts answering Unavailable.
+        without the ConfigMap rule) only leaves broadcasts answering OnShutdown.
         """
         if time.monotonic() < self._broadcast_retry_at:
             return

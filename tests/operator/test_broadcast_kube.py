@@ -16,7 +16,7 @@ from kubernetes import config
 from streamwal.client.broadcast import BroadcastClient
 from streamwal.coord import broadcast_task as bt
 from streamwal.coord.meta_store import VersionConflict
-from streamwal.errors import ResourceKeyConflict
+from streamwal.errors import OnShutdown, ResourceKeyConflict
 from streamwal.message import ResourceKey
 from streamwal.operator.kube_meta_store import BROADCAST_LABEL, KubeMetaStore
 from streamwal.proto import broadcast_pb2 as bpb
@@ -112,3 +112,11 @@ async def test_broadcast_through_the_operator_lands_and_survives_its_restart(
         assert_exactly_once({p: [e for e in c if e[1] == 2] for p, c in copies.items()}, result)
     tasks = await asyncio.to_thread(broadcast_tasks, cluster)
     assert tasks[1].state == bt.TOMBSTONE and tasks[2].state == bt.DONE
+
+
+async def test_an_operator_that_is_not_active_refuses_broadcasts(cluster: Cluster) -> None:
+    # No PChannel and no node pod: no Kopf handler has run, so this replica is a standby.
+    op = cluster.start_operator()
+    async with BroadcastClient(f"127.0.0.1:{op.coord_port}") as b:
+        with pytest.raises(OnShutdown, match="not the active one"):
+            await asyncio.wait_for(b.append(b"ddl", ["ch-a_v1"]), 10)
