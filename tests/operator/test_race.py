@@ -4,6 +4,7 @@ make a term go backwards: every status write is conditional on resourceVersion."
 from __future__ import annotations
 
 import threading
+import time
 from collections import defaultdict
 
 import pytest
@@ -50,6 +51,23 @@ def test_two_operators_racing_never_move_a_term_backwards(cluster: Cluster) -> N
                 return all(o and o["status"]["node"]["id"] != victim for o in objs)
 
             wait_for(settled, 40, f"all off node {victim}")
+
+        # Both operators may still be finishing a re-assignment the other started; the
+        # final state is read once nothing has changed for a while, with the operators
+        # stopped so that no write lands after the watcher's last event.
+        def terms_now() -> list[int] | None:
+            objs = [cluster.ready(n) for n in NAMES]
+            return None if not all(objs) else [o["status"]["term"] for o in objs]
+
+        def quiet() -> bool:
+            before = terms_now()
+            time.sleep(1.5)
+            return before is not None and before == terms_now()
+
+        wait_for(quiet, 40, "no more re-assignments")
+        for op in cluster.operators:
+            op.stop()
+        time.sleep(1.0)  # the watcher sees the last writes
     finally:
         stop.set()
         watcher.join(10)
