@@ -1,0 +1,11 @@
+"""Settings for the whole test process, applied before any test module imports grpc."""
+
+import os
+
+# The suite runs gRPC clients and servers in this process and later forks it (PySpark
+# launches its JVM with Popen(preexec_fn=...), which forks). gRPC's fork handlers are
+# skipped when other threads are inside gRPC at that moment ("skipping fork() handlers")
+# and the fork then broke the JVM launch and this process's poller ("epoll_wait error:
+# Bad file descriptor"; 17 Spark tests failed once in CI). The forked child only execs
+# java, so gRPC needs no fork support here.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
