@@ -88,20 +88,17 @@ class GroupCommitter:
         self._prepare(group, wb)
         started = time.perf_counter()
         if not self._contended and wb.size_in_bytes() <= INLINE_WRITE_BYTES:
-            write = self._loop.create_future()
             try:
                 self._store.write(wb)
             except Exception as exc:
-                write.set_exception(exc)
+                self._written(exc, group, started)
             else:
-                write.set_result(None)
-            self._written(write, group, started)
+                self._written(None, group, started)
             return
         write = self._loop.run_in_executor(None, self._store.write, wb)
-        write.add_done_callback(lambda f: self._written(f, group, started))
+        write.add_done_callback(lambda f: self._written(f.exception(), group, started))
 
-    def _written(self, write: asyncio.Future, group: list[Any], started: float) -> None:
-        exc = write.exception()
+    def _written(self, exc: BaseException | None, group: list[Any], started: float) -> None:
         if exc is not None:  # disk full, I/O error: nothing of the group landed
             # Items queued behind the group hold later offsets; writing them would
             # leave a hole, so they fail too and the owner rewinds to what is durable.
