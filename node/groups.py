@@ -37,7 +37,6 @@ class GroupService:
         self.wal = wal
         self.node = node
         self._tables: dict[str, tuple[int, CursorTable]] = {}  # pchannel -> (term, table)
-        self._task: asyncio.Task | None = None
 
     def handler(self) -> grpc.GenericRpcHandler:
         def ser(msg) -> bytes:
@@ -65,30 +64,24 @@ class GroupService:
         )
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(
-            self._keep_retained(), name="cursor-snapshots"
-        )
+        self.wal.before_cut = self._keep_retained
 
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-
-    async def _keep_retained(self) -> None:
-        """Append a pchannel's cursors again once retention cut its newest cursor record:
-        this node keeps them (the store's index holds the snapshot), but a node that
-        catches up from this log copies only retained records."""
-        while True:
-            await asyncio.sleep(self.wal.config.retention_check_interval_s)
-            for ch in list(self.wal.channels.values()):
-                found = self.wal.store.load_cursors(ch.name)
-                if found is None or found[0] >= ch.first_offset:
-                    continue
-                try:
-                    self.wal.access(ch.name, ch.term)
-                    await self._persist(ch, ch.term, self._table(ch))
-                except StreamingError as err:
-                    log.warning("cursor snapshot", extra={"pchannel": ch.name, "error": str(err)})
+    async def _keep_retained(self, ch: Channel, keep_from: int) -> None:
+        """Append a pchannel's cursors again before retention cuts its newest cursor record:
+        this node would keep them (the store's index holds the snapshot), but a node that
+        catches up from this log copies only retained records, so the copy must come first.
+        Only local durability is awaited, not a quorum: a stalled follower must not stall
+        retention. A pchannel this node does not lead is cut anyway (its leader keeps the
+        cursors)."""
+        found = self.wal.store.load_cursors(ch.name)
+        if found is None or found[0] >= keep_from:
+            return
+        try:
+            self.wal.access(ch.name, ch.term)
+            table = self._table(ch)
+            await self.wal.append(ch, ch.term, table.encode(), 1, records.FLAG_CURSORS)
+        except StreamingError as err:
+            log.warning("cursor snapshot", extra={"pchannel": ch.name, "error": str(err)})
 
     def _access(self, req) -> tuple[Channel, int, CursorTable]:
         term = req.pchannel.term

@@ -87,7 +87,6 @@ class NodeServer:
         for phase, step, deadline in (
             ("health", self._health.enter_graceful_shutdown(), 1.0),
             ("rpcs", self._server.stop(grace) if self._server else asyncio.sleep(0), grace + 1),
-            ("groups", self.groups.close(), 1.0),
             ("wal", self.wal.close(), 3.0),
         ):
             log.info("stopping", extra={"phase": phase})

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
 from streamwal.errors import ChannelFenced, IgnoredOperation, Inner, InvalidArgument, StreamingError
@@ -111,6 +112,10 @@ class Wal:
         self._tasks: list[asyncio.Task] = []
         self._closing = False
         self.replication = Replication(self, config.node_id)
+        # Called with (channel, first offset to keep) before retention cuts below it, so
+        # node bookkeeping held in records (consumer-group cursors) can be appended again
+        # first: the retained log must always hold it for a node that catches up from it.
+        self.before_cut: Callable[[Channel, int], Awaitable[None]] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -582,6 +587,8 @@ class Wal:
         if plan is None:
             return
         keep_from, freed = plan
+        if self.before_cut is not None:
+            await self.before_cut(ch, keep_from)
         future = loop.create_future()
         self._committer.submit(_Truncate(ch, keep_from, freed, future))
         await future

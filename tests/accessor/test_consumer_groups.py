@@ -187,22 +187,23 @@ async def test_groups_deliver_a_txn_whole(client, pchannel) -> None:  # noqa: F8
 
 
 async def test_cursors_outlive_retention_for_a_later_catch_up(start_node, pchannel) -> None:  # noqa: F811
-    """Retention cuts the records holding the cursors; the node appends them again, so a
-    node catching up from the retained log still has the groups."""
+    """Retention cuts the records holding the cursors; the node appends them again before
+    the cut, so a node catching up from the retained log at any moment has the groups.
+    (Idle time ticks also extend the log, so the cut is no sign the copy was made.)"""
     check = ("--retention-check-interval", "100ms")
     a = start_node("a", *check, node_id=1)
     b = start_node("b", *check, node_id=2)
     async with NodeClient(a.address) as ca, NodeClient(b.address) as cb:
-        await ca.assign(pchannel, 1, retention_age_ms=300)
+        await ca.assign(pchannel, 1, retention_age_ms=1000)  # "fresh" outlives the test
         await _fill(ca, pchannel, 1, [b"old%d" % i for i in range(5)])
         await ca.create_consumer_group(pchannel, 1, "g")
         assert len(await ca.group_consume(pchannel, 1, "g", 2)) == 2
         cursors_at = (await _status(ca, pchannel)).next_offset - 1
-        await asyncio.sleep(0.4)
-        fresh = await _fill(ca, pchannel, 1, [b"fresh"])
+        await asyncio.sleep(1.1)
+        await _fill(ca, pchannel, 1, [b"fresh"])
         for _ in range(100):  # retention passes every 100 ms
             status = await _status(ca, pchannel)
-            if status.first_offset > cursors_at and status.next_offset > fresh[-1] + 1:
+            if status.first_offset > cursors_at:
                 break
             await asyncio.sleep(0.05)
         else:
