@@ -117,6 +117,12 @@ class LogStore:
         # Payloads are the user's bytes, often compressed already; block compression cost
         # CPU on a 2-core node for little space (bench node produce: 765 k -> 853 k msg/s).
         opts.set_compression_type(DBCompressionType.none())
+        # Reuse old WAL files instead of creating new ones: overwriting written blocks lets
+        # fdatasync skip the file-size/extent journal commit (raw synced 200-byte writes on
+        # this VM: p50 0.29 -> 0.19 ms, p99 0.48-0.59 -> 0.31-0.35 ms). RocksDB tells a
+        # recycled file's stale records from new ones by their log number, and keeps
+        # recycling only under point-in-time recovery (its default, which we use).
+        opts.set_recycle_log_file_num(4)
         self._db = Rdict(str(path), opts)
         self._write_opts = WriteOptions()
         self._write_opts.sync = sync
