@@ -3,12 +3,17 @@
 The node keeps the group's cursor in the pchannel's log (node/groups.py), so it survives
 restarts and moves with the pchannel; this wrapper only finds the current owner for each
 call through the router (reporting and waiting out a failover like every routed call).
+Each consume carries this wrapper's consumer id and a new claim number, repeated by the
+router's retries: a consume whose answer was lost to a failover is answered again with
+the same messages, so none is lost between the node and the consumer.
 Consumers that share a group share its messages: each message goes to one of them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -28,6 +33,8 @@ class RoutedGroup:
         self.pchannel = pchannel
         self.group = group
         self.vchannel = vchannel
+        self.consumer_id = uuid.uuid4().hex
+        self._claims = itertools.count(1)
 
     async def _call(self, fn: Callable[[NodeClient, Route], Awaitable[T]]) -> T:
         router = self._wal.router
@@ -49,9 +56,12 @@ class RoutedGroup:
 
     async def consume(self, n: int) -> list[ConsumedMessage]:
         """Up to `n` messages after the cursor (all vchannels), which moves past them
-        atomically."""
+        atomically; retried across failovers without losing them."""
+        claim = next(self._claims)
         return await self._call(
-            lambda nc, r: nc.group_consume(self.pchannel, r.term, self.group, n)
+            lambda nc, r: nc.group_consume(
+                self.pchannel, r.term, self.group, n, consumer_id=self.consumer_id, claim=claim
+            )
         )
 
     async def seek(self, offset: int) -> None:

@@ -209,16 +209,26 @@ class NodeClient:
         )
 
     async def group_consume(
-        self, pchannel: str, term: int, group: str, n: int
+        self, pchannel: str, term: int, group: str, n: int, *, consumer_id: str = "", claim: int = 0
     ) -> list[ConsumedMessage]:
         """Up to `n` messages after the group's cursor, which the node advances past them
-        before answering: concurrent consumers of a group never get the same message
-        (at most once: messages lost with a broken call are not delivered again). Empty
-        when the group has read everything. TimeTick messages are left out; a committed
-        txn is never split: one larger than `n` comes whole."""
+        before answering: concurrent consumers of a group never get the same message.
+        Empty when the group has read everything. TimeTick messages are left out; a
+        committed txn is never split: one larger than `n` comes whole.
+
+        Without a `consumer_id` a call whose answer is lost loses its messages (at most
+        once). With one, number each new call (`claim`) and repeat the number when
+        retrying: the node answers a repeated claim with the same messages again.
+        """
         resp = await self._unary(
             _GROUPS + "GroupConsume",
-            gpb.GroupConsumeRequest(pchannel=_info(pchannel, term), group=group, max_messages=n),
+            gpb.GroupConsumeRequest(
+                pchannel=_info(pchannel, term),
+                group=group,
+                max_messages=n,
+                consumer_id=consumer_id,
+                claim=claim,
+            ),
             gpb.GroupConsumeResponse,
         )
         return [m for b in resp.batches for m in decode_batch(b)]

@@ -175,9 +175,16 @@ class SyncNodeClient:
     def destroy_consumer_group(self, pchannel: str, term: int, group: str) -> None:
         self._portal.call(self._client.destroy_consumer_group(pchannel, term, group))
 
-    def group_consume(self, pchannel: str, term: int, group: str, n: int) -> list[ConsumedMessage]:
-        """See NodeClient.group_consume: up to n messages, the group's cursor moved past them."""
-        return self._portal.call(self._client.group_consume(pchannel, term, group, n))
+    def group_consume(
+        self, pchannel: str, term: int, group: str, n: int, *, consumer_id: str = "", claim: int = 0
+    ) -> list[ConsumedMessage]:
+        """See NodeClient.group_consume: up to n messages, the group's cursor moved past them
+        (a repeated claim of `consumer_id` gets the same ones again)."""
+        return self._portal.call(
+            self._client.group_consume(
+                pchannel, term, group, n, consumer_id=consumer_id, claim=claim
+            )
+        )
 
     def group_seek(
         self, pchannel: str, term: int, group: str, message_id: int | pb.MessageID

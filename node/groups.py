@@ -20,7 +20,7 @@ from streamwal.errors import InvalidArgument, StreamingError
 from streamwal.ids import decode_offset
 from streamwal.node import delivery, records
 from streamwal.node.channel import Channel
-from streamwal.node.cursors import CursorTable, take
+from streamwal.node.cursors import MAX_NAME_BYTES, Claim, CursorTable, take
 from streamwal.node.service import Malformed, NodeService, _abort, _tolerant
 from streamwal.node.wal import READ_BYTES, Wal
 from streamwal.proto import groups_pb2 as gpb
@@ -132,27 +132,41 @@ class GroupService:
     async def consume(self, req: gpb.GroupConsumeRequest) -> gpb.GroupConsumeResponse:
         if req.max_messages < 1:
             raise InvalidArgument("max_messages must be >= 1")
+        if len(req.consumer_id.encode()) > MAX_NAME_BYTES:
+            raise InvalidArgument(f"consumer_id is longer than {MAX_NAME_BYTES} bytes")
         ch, term, table = self._access(req)
         start = table.get(ch.name, req.group)
+        retry = table.claimed(req.group, req.consumer_id, req.claim)
+        if retry is not None:  # the answer to this claim was lost: the same range again
+            pieces, cursor = self._take(ch, retry.start, req.max_messages, retry.end)
+            return _response(pieces, table.cursors[req.group])
+        pieces, cursor = self._take(ch, start, req.max_messages)
+        if cursor == start:
+            return gpb.GroupConsumeResponse(cursor=cursor)
+        table.cursors[req.group] = cursor  # taken: a concurrent consume starts after it
+        table.record_claim(req.group, req.consumer_id, Claim(req.claim, start, cursor))
+        await self._persist(ch, term, table)
+        return _response(pieces, cursor)
+
+    def _take(
+        self, ch: Channel, start: int, n: int, end: int | None = None
+    ) -> tuple[list[tuple[int, delivery.Slice]], int]:
+        """Up to `n` messages from `start` (and below `end`): (term, slice) pieces and
+        where the cursor goes after them."""
         cursor, taken, size = start, 0, 0
         pieces: list[tuple[int, delivery.Slice]] = []
-        while taken < req.max_messages and size < MAX_RESPONSE_BYTES:
+        while taken < n and size < MAX_RESPONSE_BYTES and (end is None or cursor < end):
             recs = self.wal.read(ch, max(cursor, ch.first_offset), READ_RECORDS, READ_BYTES)
+            if end is not None:
+                recs = [(b, v) for b, v in recs if b < end]
             decoded = [(b, records.decode(v, f"{ch.name}@{b}")) for b, v in recs]
-            got, after, taken = take(decoded, cursor, req.max_messages, taken)
+            got, after, taken = take(decoded, cursor, n, taken)
             if after == cursor:
                 break
             pieces += got
             size += sum(len(p.body) for _, p in got)
             cursor = after
-        resp = gpb.GroupConsumeResponse(cursor=cursor)
-        if cursor == start:
-            return resp
-        table.cursors[req.group] = cursor  # taken: a concurrent consume starts after it
-        for term_of, run in _by_term(pieces):
-            resp.batches.append(delivery.batch_frame(delivery.join(run), term_of).consume_batch)
-        await self._persist(ch, term, table)
-        return resp
+        return pieces, cursor
 
     async def seek(self, req: gpb.GroupSeekRequest) -> gpb.GroupSeekResponse:
         ch, term, table = self._access(req)
@@ -176,6 +190,13 @@ class GroupService:
         table.cursors[req.group] = offset
         await self._persist(ch, term, table)
         return gpb.GroupSeekResponse()
+
+
+def _response(pieces: list[tuple[int, delivery.Slice]], cursor: int) -> gpb.GroupConsumeResponse:
+    resp = gpb.GroupConsumeResponse(cursor=cursor)
+    for term_of, run in _by_term(pieces):
+        resp.batches.append(delivery.batch_frame(delivery.join(run), term_of).consume_batch)
+    return resp
 
 
 def _by_term(pieces: list[tuple[int, delivery.Slice]]) -> list[tuple[int, list[delivery.Slice]]]:

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from . import streaming_pb2 as streaming__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0cgroups.proto\x12\x10streamwal.groups\x1a\x0fstreaming.proto\"c\n\x1a\x43reateConsumerGroupRequest\x12\x36\n\x08pchannel\x18\x01 \x01(\x0b\x32$.milvus.proto.streaming.PChannelInfo\x12\r\n\x05group\x18\x02 \x01(\t\"-\n\x1b\x43reateConsumerGroupResponse\x12\x0e\n\x06\x63ursor\x18\x01 \x01(\x04\"d\n\x1b\x44\x65stroyConsumerGroupRequest\x12\x36\n\x08pchannel\x18\x01 \x01(\x0b\x32$.milvus.proto.streaming.PChannelInfo\x12\r\n\x05group\x18\x02 \x01(\t\"\x1e\n\x1c\x44\x65stroyConsumerGroupResponse\"r\n\x13GroupConsumeRequest\x12\x36\n\x08pchannel\x18\x01 \x01(\x0b\x32$.milvus.proto.streaming.PChannelInfo\x12\r\n\x05group\x18\x02 \x01(\t\x12\x14\n\x0cmax_messages\x18\x03 \x01(\r\"e\n\x14GroupConsumeResponse\x12=\n\x07\x62\x61tches\x18\x01 \x03(\x0b\x32,.milvus.proto.streaming.ConsumeBatchResponse\x12\x0e\n\x06\x63ursor\x18\x02 \x01(\x04\"\x90\x01\n\x10GroupSeekRequest\x12\x36\n\x08pchannel\x18\x01 \x01(\x0b\x32$.milvus.proto.streaming.PChannelInfo\x12\r\n\x05group\x18\x02 \x01(\t\x12\x35\n\nmessage_id\x18\x03 \x01(\x0b\x32!.milvus.proto.streaming.MessageID\"\x13\n\x11GroupSeekResponse2\xcb\x03\n!StreamingNodeConsumerGroupService\x12t\n\x13\x43reateConsumerGroup\x12,.streamwal.groups.CreateConsumerGroupRequest\x1a-.streamwal.groups.CreateConsumerGroupResponse\"\x00\x12w\n\x14\x44\x65stroyConsumerGroup\x12-.streamwal.groups.DestroyConsumerGroupRequest\x1a..streamwal.groups.DestroyConsumerGroupResponse\"\x00\x12_\n\x0cGroupConsume\x12%.streamwal.groups.GroupConsumeRequest\x1a&.streamwal.groups.GroupConsumeResponse\"\x00\x12V\n\tGroupSeek\x12\".streamwal.groups.GroupSeekRequest\x1a#.streamwal.groups.GroupSeekResponse\"\x00\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0cgroups.proto\x12\x10streamwal.groups\x1a\x0fstreaming.proto\"c\n\x1a\x43reateConsumerGroupRequest\x12\x36\n\x08pchannel\x18\x01 \x01(\x0b\x32$.milvus.proto.streaming.PChannelInfo\x12\r\n\x05group\x18\x02 \x01(\t\"-\n\x1b\x43reateConsumerGroupResponse\x12\x0e\n\x06\x63ursor\x18\x01 \x01(\x04\"d\n\x1b\x44\x65stroyConsumerGroupRequest\x12\x36\n\x08pchannel\x18\x01 \x01(\x0b\x32$.milvus.proto.streaming.PChannelInfo\x12\r\n\x05group\x18\x02 \x01(\t\"\x1e\n\x1c\x44\x65stroyConsumerGroupResponse\"\x96\x01\n\x13GroupConsumeRequest\x12\x36\n\x08pchannel\x18\x01 \x01(\x0b\x32$.milvus.proto.streaming.PChannelInfo\x12\r\n\x05group\x18\x02 \x01(\t\x12\x14\n\x0cmax_messages\x18\x03 \x01(\r\x12\x13\n\x0b\x63onsumer_id\x18\x04 \x01(\t\x12\r\n\x05\x63laim\x18\x05 \x01(\x04\"e\n\x14GroupConsumeResponse\x12=\n\x07\x62\x61tches\x18\x01 \x03(\x0b\x32,.milvus.proto.streaming.ConsumeBatchResponse\x12\x0e\n\x06\x63ursor\x18\x02 \x01(\x04\"\x90\x01\n\x10GroupSeekRequest\x12\x36\n\x08pchannel\x18\x01 \x01(\x0b\x32$.milvus.proto.streaming.PChannelInfo\x12\r\n\x05group\x18\x02 \x01(\t\x12\x35\n\nmessage_id\x18\x03 \x01(\x0b\x32!.milvus.proto.streaming.MessageID\"\x13\n\x11GroupSeekResponse2\xcb\x03\n!StreamingNodeConsumerGroupService\x12t\n\x13\x43reateConsumerGroup\x12,.streamwal.groups.CreateConsumerGroupRequest\x1a-.streamwal.groups.CreateConsumerGroupResponse\"\x00\x12w\n\x14\x44\x65stroyConsumerGroup\x12-.streamwal.groups.DestroyConsumerGroupRequest\x1a..streamwal.groups.DestroyConsumerGroupResponse\"\x00\x12_\n\x0cGroupConsume\x12%.streamwal.groups.GroupConsumeRequest\x1a&.streamwal.groups.GroupConsumeResponse\"\x00\x12V\n\tGroupSeek\x12\".streamwal.groups.GroupSeekRequest\x1a#.streamwal.groups.GroupSeekResponse\"\x00\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,14 +40,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DESTROYCONSUMERGROUPREQUEST']._serialized_end=299
   _globals['_DESTROYCONSUMERGROUPRESPONSE']._serialized_start=301
   _globals['_DESTROYCONSUMERGROUPRESPONSE']._serialized_end=331
-  _globals['_GROUPCONSUMEREQUEST']._serialized_start=333
-  _globals['_GROUPCONSUMEREQUEST']._serialized_end=447
-  _globals['_GROUPCONSUMERESPONSE']._serialized_start=449
-  _globals['_GROUPCONSUMERESPONSE']._serialized_end=550
-  _globals['_GROUPSEEKREQUEST']._serialized_start=553
-  _globals['_GROUPSEEKREQUEST']._serialized_end=697
-  _globals['_GROUPSEEKRESPONSE']._serialized_start=699
-  _globals['_GROUPSEEKRESPONSE']._serialized_end=718
-  _globals['_STREAMINGNODECONSUMERGROUPSERVICE']._serialized_start=721
-  _globals['_STREAMINGNODECONSUMERGROUPSERVICE']._serialized_end=1180
+  _globals['_GROUPCONSUMEREQUEST']._serialized_start=334
+  _globals['_GROUPCONSUMEREQUEST']._serialized_end=484
+  _globals['_GROUPCONSUMERESPONSE']._serialized_start=486
+  _globals['_GROUPCONSUMERESPONSE']._serialized_end=587
+  _globals['_GROUPSEEKREQUEST']._serialized_start=590
+  _globals['_GROUPSEEKREQUEST']._serialized_end=734
+  _globals['_GROUPSEEKRESPONSE']._serialized_start=736
+  _globals['_GROUPSEEKRESPONSE']._serialized_end=755
+  _globals['_STREAMINGNODECONSUMERGROUPSERVICE']._serialized_start=758
+  _globals['_STREAMINGNODECONSUMERGROUPSERVICE']._serialized_end=1217
 # @@protoc_insertion_point(module_scope)

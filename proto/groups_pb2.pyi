@@ -34,14 +34,18 @@ class DestroyConsumerGroupResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class GroupConsumeRequest(_message.Message):
-    __slots__ = ("pchannel", "group", "max_messages")
+    __slots__ = ("pchannel", "group", "max_messages", "consumer_id", "claim")
     PCHANNEL_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_FIELD_NUMBER: _ClassVar[int]
     pchannel: _streaming_pb2.PChannelInfo
     group: str
     max_messages: int
-    def __init__(self, pchannel: _Optional[_Union[_streaming_pb2.PChannelInfo, _Mapping]] = ..., group: _Optional[str] = ..., max_messages: _Optional[int] = ...) -> None: ...
+    consumer_id: str
+    claim: int
+    def __init__(self, pchannel: _Optional[_Union[_streaming_pb2.PChannelInfo, _Mapping]] = ..., group: _Optional[str] = ..., max_messages: _Optional[int] = ..., consumer_id: _Optional[str] = ..., claim: _Optional[int] = ...) -> None: ...
 
 class GroupConsumeResponse(_message.Message):
     __slots__ = ("batches", "cursor")

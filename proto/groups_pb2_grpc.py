@@ -75,6 +75,9 @@ class StreamingNodeConsumerGroupServiceServicer:
 
     def GroupConsume(self, request, context):
         """Up to `max_messages` after the cursor; the cursor moves past them before the answer.
+        A call repeated with the same (consumer_id, claim) gets the same messages again
+        instead of new ones, so a consumer whose answer was lost (a broken call, a killed
+        owner) retries without losing them.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

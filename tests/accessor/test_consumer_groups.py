@@ -186,6 +186,33 @@ async def test_groups_deliver_a_txn_whole(client, pchannel) -> None:  # noqa: F8
     assert len(await client.group_consume(pchannel, 1, "g", 100)) == 7
 
 
+async def test_a_retried_claim_gets_the_same_messages_again(start_node, pchannel) -> None:  # noqa: F811
+    """A consume whose answer was lost is retried with the same claim and gets the same
+    messages, even from a restarted owner; a new claim moves on."""
+    owner = start_node("a")
+    async with NodeClient(owner.address) as c:
+        await c.assign(pchannel, 1)
+        await _fill(c, pchannel, 1, [b"m%d" % i for i in range(6)])
+        await c.create_consumer_group(pchannel, 1, "g")
+        first = await c.group_consume(pchannel, 1, "g", 4, consumer_id="me", claim=1)
+        assert [m.payload for m in first] == [b"m0", b"m1", b"m2", b"m3"]
+        # Another consumer of the group moves on meanwhile; my retry is not disturbed.
+        other = await c.group_consume(pchannel, 1, "g", 1, consumer_id="you", claim=1)
+        assert [m.payload for m in other] == [b"m4"]
+        again = await c.group_consume(pchannel, 1, "g", 4, consumer_id="me", claim=1)
+        assert [(m.offset, m.payload) for m in again] == [(m.offset, m.payload) for m in first]
+    owner.kill()
+    owner = start_node("a")
+    async with NodeClient(owner.address) as c:
+        await c.assign(pchannel, 2)
+        again = await c.group_consume(pchannel, 2, "g", 4, consumer_id="me", claim=1)
+        assert [m.payload for m in again] == [b"m0", b"m1", b"m2", b"m3"]
+        nxt = await c.group_consume(pchannel, 2, "g", 4, consumer_id="me", claim=2)
+        assert [m.payload for m in nxt] == [b"m5"]
+        with pytest.raises(InvalidArgument, match="consumer_id"):
+            await c.group_consume(pchannel, 2, "g", 1, consumer_id="x" * 201, claim=1)
+
+
 async def test_cursors_outlive_retention_for_a_later_catch_up(start_node, pchannel) -> None:  # noqa: F811
     """Retention cuts the records holding the cursors; the node appends them again before
     the cut, so a node catching up from the retained log at any moment has the groups.

@@ -7,7 +7,7 @@ import pytest
 
 from streamwal.errors import ConsumerGroupExist, ConsumerGroupNotExist, InvalidArgument
 from streamwal.node import records
-from streamwal.node.cursors import MAX_GROUPS, CursorTable, take
+from streamwal.node.cursors import MAX_CLAIMS, MAX_GROUPS, Claim, CursorTable, take
 from streamwal.node.records import CorruptRecord
 from streamwal.proto import streaming_pb2 as pb
 
@@ -30,6 +30,28 @@ def test_table_create_destroy_and_snapshot_round_trip() -> None:
     assert CursorTable.decode(CursorTable().encode()).cursors == {}
     with pytest.raises(CorruptRecord):
         CursorTable.decode(b"\x01\x00\x05ab")
+
+
+def test_claims_answer_a_retry_survive_the_snapshot_and_stay_bounded() -> None:
+    t = CursorTable()
+    t.create("p", "g", 0)
+    t.record_claim("g", "c1", Claim(1, 0, 10))
+    t.record_claim("g", "c2", Claim(7, 10, 12))
+    t.record_claim("g", "", Claim(1, 12, 13))  # an anonymous consumer keeps nothing
+    assert t.claimed("g", "c1", 1) == Claim(1, 0, 10)
+    assert t.claimed("g", "c1", 2) is None  # a new call, not a retry
+    assert t.claimed("g", "", 1) is None and t.claimed("other", "c1", 1) is None
+    back = CursorTable.decode(t.encode())
+    assert back == t and back.claimed("g", "c2", 7) == Claim(7, 10, 12)
+    t.record_claim("g", "c1", Claim(2, 12, 20))  # c1's next call replaces its last
+    assert t.claimed("g", "c1", 1) is None and t.claimed("g", "c1", 2) == Claim(2, 12, 20)
+    for i in range(MAX_CLAIMS):
+        t.record_claim("g", f"x{i}", Claim(1, 0, 1))
+    assert len(t.claims["g"]) == MAX_CLAIMS and "c2" not in t.claims["g"]  # oldest first
+    t.destroy("p", "g")
+    assert "g" not in t.claims
+    # A snapshot written before claims existed (version 1) still loads.
+    assert CursorTable.decode(b"\x01\x00\x01g" + (5).to_bytes(8, "big")).cursors == {"g": 5}
 
 
 def test_group_count_is_bounded() -> None:

@@ -26,22 +26,29 @@ async def test_tt_msg_stream_survives_a_kill_9_of_an_owner(make_cluster) -> None
         await producer.as_producer(channels)
         acked: list[bytes] = []
         stop = asyncio.Event()
+        produced = asyncio.Event()  # the last produce returned: `acked` is final
 
         async def produce() -> None:
             i = 0
-            while not stop.is_set():
-                msgs = [TsMsg(b"%d" % (i + k), hash_keys=[i + k]) for k in range(2)]
-                await producer.produce(MsgPack(msgs=msgs))
-                acked.extend(m.payload for m in msgs)
-                i += 2
-                await asyncio.sleep(0.005)
+            try:
+                while not stop.is_set():
+                    msgs = [TsMsg(b"%d" % (i + k), hash_keys=[i + k]) for k in range(2)]
+                    await producer.produce(MsgPack(msgs=msgs))
+                    acked.extend(m.payload for m in msgs)
+                    i += 2
+                    await asyncio.sleep(0.005)
+            finally:
+                produced.set()
 
         packs: list[MsgPack] = []
         delivered: list[bytes] = []
 
         async def consume() -> None:
-            while not stop.is_set() or len(delivered) < len(acked):
-                pack = await stream.consume(timeout=60)
+            while not (produced.is_set() and len(delivered) >= len(acked)):
+                try:
+                    pack = await stream.consume(timeout=1)
+                except TimeoutError:
+                    continue  # nothing new yet: look at `produced` again
                 packs.append(pack)
                 delivered.extend(m.payload for m in pack.msgs)
 
