@@ -18,6 +18,7 @@ import grpc
 from grpc import aio
 
 from streamwal.client import encoding
+from streamwal.client.consumed import ConsumedBatch, ConsumedMessage
 from streamwal.client.policy import DeliverPolicy
 from streamwal.client.txn import Txn
 from streamwal.errors import (
@@ -29,7 +30,7 @@ from streamwal.errors import (
 )
 from streamwal.grpc_errors import from_rpc_error
 from streamwal.ids import decode_offset, encode_offset
-from streamwal.message import DEFAULT_MSG_TYPE, PROP_TERM, PROP_TIME_TICK, PROP_TYPE, PROP_VCHANNEL
+from streamwal.message import PROP_TERM, PROP_TIME_TICK
 from streamwal.proto import groups_pb2 as gpb
 from streamwal.proto import milvus_pb2
 from streamwal.proto import streaming_pb2 as pb
@@ -51,44 +52,6 @@ _GROUPS = "/streamwal.groups.StreamingNodeConsumerGroupService/"
 class AppendResult:
     offset: int
     time_tick: int
-
-
-class ConsumedMessage:
-    """A delivered message; properties include the node-set `_tt` and `_wt`."""
-
-    __slots__ = ("_msg", "offset", "term", "time_tick")
-
-    def __init__(self, offset: int, term: int, time_tick: int, msg: pb.Message) -> None:
-        self.offset = offset
-        self.term = term
-        self.time_tick = time_tick
-        self._msg = msg
-
-    @property
-    def payload(self) -> bytes:
-        return self._msg.payload
-
-    @property
-    def properties(self) -> dict[str, str]:
-        props = dict(self._msg.properties)
-        props[PROP_TIME_TICK] = str(self.time_tick)
-        props[PROP_TERM] = str(self.term)
-        return props
-
-    @property
-    def msg_type(self) -> int:
-        raw = self._msg.properties.get(PROP_TYPE)
-        return int(raw) if raw else int(DEFAULT_MSG_TYPE)
-
-    @property
-    def vchannel(self) -> str | None:
-        return self._msg.properties.get(PROP_VCHANNEL)
-
-    def __repr__(self) -> str:
-        return (
-            f"ConsumedMessage(offset={self.offset}, term={self.term}, tick={self.time_tick}, "
-            f"type={self.msg_type}, vchannel={self.vchannel!r}, {len(self.payload)} bytes)"
-        )
 
 
 def replica_set(
@@ -231,7 +194,7 @@ class NodeClient:
             ),
             gpb.GroupConsumeResponse,
         )
-        return [m for b in resp.batches for m in decode_batch(b)]
+        return [m for b in resp.batches for m in ConsumedBatch(b)]
 
     async def group_seek(
         self, pchannel: str, term: int, group: str, message_id: int | pb.MessageID
@@ -735,8 +698,9 @@ class Consumer:
         self._buffer, self._pos = batch, 1
         return batch[0]
 
-    async def next_batch(self) -> list[ConsumedMessage] | None:
-        """The next frame's messages (None when the node closed the stream)."""
+    async def next_batch(self) -> Sequence[ConsumedMessage] | None:
+        """The next frame's messages (None when the node closed the stream); a
+        ConsumedBatch for a batch frame, whose `payloads` column skips per-message objects."""
         while True:
             try:
                 resp = await self._call.read()
@@ -746,7 +710,7 @@ class Consumer:
                 return None
             kind = resp.WhichOneof("response")
             if kind == "consume_batch":
-                return decode_batch(resp.consume_batch)
+                return ConsumedBatch(resp.consume_batch)
             if kind == "consume":
                 m = resp.consume
                 props = m.message.properties
@@ -773,25 +737,3 @@ class Consumer:
         self._call = None
 
 
-def decode_batch(b: pb.ConsumeBatchResponse) -> list[ConsumedMessage]:
-    messages = pb.MessageBatch.FromString(b.messages).messages
-    term = b.term
-    if b.offsets:
-        return [
-            ConsumedMessage(o, term, t, m)
-            for o, t, m in zip(b.offsets, b.time_ticks, messages, strict=True)
-        ]
-    first = decode_offset(b.first_id.id)
-    if not b.tick_run_counts:
-        delta = b.first_time_tick - first  # tick - offset is constant inside a run
-        return [ConsumedMessage(o, term, o + delta, m) for o, m in enumerate(messages, first)]
-    out: list[ConsumedMessage] = []
-    at = 0
-    for n, tick in zip(b.tick_run_counts, b.tick_run_first_ticks, strict=True):
-        delta = tick - (first + at)
-        out += [
-            ConsumedMessage(o, term, o + delta, m)
-            for o, m in enumerate(messages[at : at + n], first + at)
-        ]
-        at += n
-    return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from streamwal.client.node_client import decode_batch
+from streamwal.client.consumed import ConsumedBatch
 from streamwal.errors import (
     Inner,
     InvalidArgument,
@@ -118,7 +118,7 @@ def test_a_committed_txn_record_shares_one_tick() -> None:
     assert piece is not None and (piece.first_offset, piece.count) == (50, 4)
     assert piece.runs() == [(1, 1000)] * 4  # dense offsets, one tick for all
     frame = delivery.batch_frame(piece, 3).consume_batch
-    assert [(m.offset, m.time_tick) for m in decode_batch(frame)] == [
+    assert [(m.offset, m.time_tick) for m in ConsumedBatch(frame)] == [
         (50, 1000),
         (51, 1000),
         (52, 1000),

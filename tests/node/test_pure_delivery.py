@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from google.protobuf.empty_pb2 import Empty
 
-from streamwal.client.node_client import decode_batch
+from streamwal.client.consumed import ConsumedBatch
 from streamwal.client.policy import DeliverFilter, DeliverPolicy
 from streamwal.errors import InvalidArgument
 from streamwal.ids import decode_offset
@@ -210,7 +210,7 @@ def test_dense_slices_join_with_tick_runs_and_the_client_decodes_every_position(
     assert joined.tick_runs == [(1, 1000), (2, 2000), (3, 3000)]
     frame = delivery.batch_frame(joined, 5).consume_batch
     assert not frame.offsets and not frame.time_ticks  # nothing per message on the wire
-    got = decode_batch(frame)
+    got = ConsumedBatch(frame)
     assert [(m.offset, m.time_tick, m.payload, m.term) for m in got] == [
         (10, 1000, b"a", 5),
         (11, 2000, b"b", 5),
@@ -228,5 +228,5 @@ def test_dense_slices_join_with_tick_runs_and_the_client_decodes_every_position(
         [delivery.Slice(10, 1000, _body(b"a"), 1), delivery.Slice(12, 1, _body(b"b"), 1)]
     )
     assert gap.offsets == [10, 12] and gap.ticks == [1000, 1]
-    got = decode_batch(delivery.batch_frame(gap, 1).consume_batch)
+    got = ConsumedBatch(delivery.batch_frame(gap, 1).consume_batch)
     assert [(m.offset, m.time_tick) for m in got] == [(10, 1000), (12, 1)]

@@ -1,0 +1,123 @@
+"""Issue 8's workload 5, second half: how long a 3-replica pchannel cannot take writes when
+its leader is killed and stays down.
+
+An embedded cluster (a coord and 3 node processes, `LocalCluster`) holds one pchannel
+with 3 replicas; a routed producer (`streamwal.client.connect`, as an application would
+use) keeps 4 sends in flight at the default ack level (QUORUM). Each round waits for all
+replicas to be in step, SIGKILLs the leader, and records the window from the kill to the
+first acknowledgement of a message sent after the kill (an ack already on its way from
+the dead leader does not count); then the killed node is started again and rejoins as
+a follower. The window is the coord's failure detection (probes every `PROBE_S`, down
+after `GRACE_S`) plus fencing the survivors, choosing and assigning the new leader, plus
+the client finding it; the two survivors are still a quorum.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from streamwal.errors import StreamingError
+
+IN_FLIGHT = 4
+PROBE_S = 0.25
+GRACE_S = 1.0
+
+
+class _Sender:
+    """Keeps `IN_FLIGHT` sends going; remembers (sent, acked) of every acknowledged one."""
+
+    def __init__(self, producer) -> None:
+        self.producer = producer
+        self.acks: list[tuple[float, float]] = []
+        self.failed = 0
+        self._stop = asyncio.Event()
+        self._tasks = [asyncio.create_task(self._lane()) for _ in range(IN_FLIGHT)]
+
+    async def _lane(self) -> None:
+        while not self._stop.is_set():
+            sent = time.monotonic()
+            try:
+                await self.producer.send(b"failover-bench")
+                self.acks.append((sent, time.monotonic()))
+            except StreamingError:
+                self.failed += 1
+                await asyncio.sleep(0.01)
+
+    def first_ack_after(self, moment: float) -> float | None:
+        later = [acked for sent, acked in self.acks if sent > moment]
+        return min(later) - moment if later else None
+
+    async def close(self) -> None:
+        self._stop.set()
+        await asyncio.wait(self._tasks, timeout=30)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        with contextlib.suppress(StreamingError):
+            await asyncio.wait_for(self.producer.close(), 10)
+
+
+async def _until(check: Callable[[], object], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = check()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return
+        await asyncio.sleep(0.05)
+    raise TimeoutError(f"no {what} after {timeout:.0f} s")
+
+
+async def failover_windows(
+    workdir: Path, kills: int, tick: Callable[[str], None] | None = None
+) -> dict:
+    """Kill the leader `kills` times; the unavailability windows and how they were made."""
+    from streamwal.client.wal import connect
+    from streamwal.coord.local_cluster import LocalCluster
+
+    cluster = LocalCluster(
+        workdir, nodes=3, probe_interval=PROBE_S, grace=GRACE_S, log_level="warning"
+    )
+    windows: list[float] = []
+    wal = sender = None
+    try:
+        await cluster.start()
+        (name,) = await cluster.create_channels(1, prefix="failover", replicas=3)
+        wal = await connect(cluster.coord_address, failover_timeout=45)
+        await wal.resolve(name, timeout=30)
+        sender = _Sender(await wal.producer(name))
+        for _ in range(kills):
+            await _until(lambda: cluster.replicas_healthy(name, max_lag=1000), 60, "replicas")
+            moment = time.monotonic()
+            await _until(lambda m=moment: sender.first_ack_after(m) is not None, 30, "ack")
+            leader = (await cluster.describe())[name].meta.node.server_id
+            cluster.kill_node(leader)
+            killed_at = time.monotonic()
+            await _until(lambda k=killed_at: sender.first_ack_after(k) is not None, 60, "ack")
+            windows.append(sender.first_ack_after(killed_at))
+            await cluster.start_node(leader)  # back as a follower before the next round
+            if tick is not None:
+                tick(f"failover {len(windows)}/{kills}: {windows[-1]:.2f} s")
+    finally:
+        if sender is not None:
+            await sender.close()
+        if wal is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(wal.close(), 10)
+        await cluster.close()
+    return {
+        "kills": kills,
+        "probe_interval_s": PROBE_S,
+        "grace_s": GRACE_S,
+        "windows_s": [round(w, 3) for w in windows],
+        "median_s": statistics.median(windows),
+        "max_s": max(windows),
+        "acked": len(sender.acks),
+        "failed_sends": sender.failed,
+    }
