@@ -230,3 +230,26 @@ def test_dense_slices_join_with_tick_runs_and_the_client_decodes_every_position(
     assert gap.offsets == [10, 12] and gap.ticks == [1000, 1]
     got = ConsumedBatch(delivery.batch_frame(gap, 1).consume_batch)
     assert [(m.offset, m.time_tick) for m in got] == [(10, 1000), (12, 1)]
+
+
+def test_a_consumed_batch_gives_columns_equal_to_its_messages() -> None:
+    """The columns a bulk reader uses say the same as the messages, in every frame shape:
+    dense with tick runs, dense with one run, explicit offsets."""
+    dense = delivery.join(
+        [delivery.Slice(10, 1000, _body(b"a"), 1), delivery.Slice(11, 2000, _body(b"b", b"c"), 2)]
+    )
+    one_run = delivery.Slice(20, 500, _body(b"x", b"y"), 2)
+    gap = delivery.join(
+        [delivery.Slice(30, 1000, _body(b"p"), 1), delivery.Slice(32, 1, _body(b"q"), 1)]
+    )
+    for piece in (dense, one_run, gap):
+        batch = ConsumedBatch(delivery.batch_frame(piece, 3).consume_batch)
+        assert batch.payloads == [m.payload for m in batch]
+        assert batch.offsets == [m.offset for m in batch]
+        assert batch.time_ticks == [m.time_tick for m in batch]
+        assert len(batch) == len(batch.payloads) and batch[-1].offset == batch.offsets[-1]
+        assert isinstance(batch[1:], list) and batch[1:][0] is batch[1]  # made once
+    assert ConsumedBatch(delivery.batch_frame(one_run, 3).consume_batch).time_ticks == [500, 501]
+    assert repr(ConsumedBatch(delivery.batch_frame(gap, 3).consume_batch)) == (
+        "ConsumedBatch(2 messages, offsets 30..32)"
+    )
