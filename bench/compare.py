@@ -18,11 +18,12 @@ from pathlib import Path
 import click
 from tqdm import tqdm
 
-from streamwal.bench import ceiling, report, stats
+from streamwal.bench import ceiling, failover, report, stats
 from streamwal.bench.runner import produce_key, run_system, steps
 from streamwal.bench.workloads import Plan, System
 
-PEERS = ("streamwal", "redis", "redis_always", "nats")
+PEERS = ("streamwal", "streamwal_r3", "redis", "redis_always", "nats")
+FAILOVER_KILLS = {"full": 5, "quick": 2, "smoke": 1}
 
 
 def _systems(only: tuple[str, ...]) -> list[System]:
@@ -32,6 +33,7 @@ def _systems(only: tuple[str, ...]) -> list[System]:
 
     made = {
         "streamwal": Streamwal,
+        "streamwal_r3": lambda: Streamwal(replicas=3),
         "redis": RedisStreams,
         "redis_always": lambda: RedisStreams("always"),
         "nats": NatsJetStream,
@@ -88,8 +90,11 @@ def rocks_steps(plan: Plan) -> int:
     return len(plan.payload_sizes) * len(plan.producer_counts) + 2
 
 
-async def run_compare(plan: Plan, only: tuple[str, ...], tick: Callable[[str], None]) -> dict:
-    """Every system in turn (one at a time: they share the machine), then the ceiling."""
+async def run_compare(
+    plan: Plan, only: tuple[str, ...], tick: Callable[[str], None], kills: int = 0
+) -> dict:
+    """Every system in turn (one at a time: they share the machine), then the ceiling;
+    with `kills`, the replicated entry also gets its failover unavailability window."""
     systems: dict[str, dict] = {}
     for system in _systems(only):
         try:
@@ -104,6 +109,12 @@ async def run_compare(plan: Plan, only: tuple[str, ...], tick: Callable[[str], N
                 "error": f"{type(err).__name__}: {err}",
                 "durability": system.durability,
             }
+    if kills and "error" not in systems.get("streamwal_r3", {"error": ""}):
+        with tempfile.TemporaryDirectory(prefix="bench-failover-") as tmp:
+            fo = await failover.failover_windows(Path(tmp), kills, tick)
+        systems["streamwal_r3"]["failover"] = fo
+        systems["streamwal_r3"]["failover_median_s"] = fo["median_s"]
+        systems["streamwal_r3"]["failover_max_s"] = fo["max_s"]
     if not only or "ceiling" in only:
         noop = await run_system(ceiling.NoopGrpc(), plan, tick)
         rocks = await asyncio.to_thread(rocks_suite, plan, tick)
@@ -148,7 +159,9 @@ def compare(quick: bool, smoke: bool, out: str, only: tuple[str, ...]) -> None:
     name = _plan_name(quick, smoke)
     plan = Plan.named(name)
     count = len(_systems(only)) + (1 if not only or "ceiling" in only else 0)
-    total = count * steps(plan) + (rocks_steps(plan) if not only or "ceiling" in only else 0)
+    kills = FAILOVER_KILLS[name] if not only or "streamwal_r3" in only else 0
+    total = count * steps(plan) + kills
+    total += rocks_steps(plan) if not only or "ceiling" in only else 0
     started = time.time()
     with tqdm(total=total, file=sys.stderr, unit="step", leave=False) as bar:
 
@@ -156,7 +169,7 @@ def compare(quick: bool, smoke: bool, out: str, only: tuple[str, ...]) -> None:
             bar.set_postfix_str(label, refresh=False)
             bar.update()
 
-        systems = uvloop.run(run_compare(plan, only, tick))
+        systems = uvloop.run(run_compare(plan, only, tick, kills))
     click.echo(report.table(systems, plan.payload_sizes, plan.producer_counts))
     title = (
         f"streamwal bench compare ({name} plan, {time.strftime('%Y-%m-%d %H:%M')}, "

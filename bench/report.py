@@ -52,7 +52,7 @@ def ratios(systems: dict[str, dict], subject: str = "streamwal") -> dict[str, fl
         return {}
     out: dict[str, float] = {}
     for name, other in systems.items():
-        if name == subject or "error" in other:
+        if name.startswith(subject) or "error" in other:  # itself, or its replicated run
             continue
         label = "ceiling" if name == "ceiling" else name
         out[f"produce_x_{label}"] = me["produce_msgs_per_s"] / other["produce_msgs_per_s"]
@@ -97,6 +97,13 @@ def table(systems: dict[str, dict], sizes: tuple[int, ...], producers: tuple[int
             ]
         )
         notes.append(f"  {name}: {e['durability']}")
+        if "failover" in e:
+            fo = e["failover"]
+            notes.append(
+                f"  {name} failover: leader SIGKILLed {fo['kills']}x, first quorum ack after "
+                f"median {fo['median_s']:.2f} s, max {fo['max_s']:.2f} s "
+                f"(coord probe {fo['probe_interval_s']} s, grace {fo['grace_s']} s)"
+            )
     widths = [max(len(r[i]) for r in rows if i < len(r)) for i in range(len(head))]
     lines = [
         "  ".join(c.rjust(widths[i]) if i else c.ljust(widths[i]) for i, c in enumerate(r))

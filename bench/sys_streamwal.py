@@ -3,7 +3,8 @@
 The node is started like a user would (`streamwal node --listen ... --data-dir ...`), a
 pchannel is assigned per stream with term 1, and every producer is its own NodeClient
 (its own gRPC channel). Batches go through `send_many` (one atomic append per batch);
-single sends through `send`; reads through a consumer with DeliverPolicy.all().
+single sends through `send`; reads through a consumer with DeliverPolicy.all(). With
+replicas (issue 8's workload 5) the same runs go to the leader of a replicated pchannel.
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ DURABILITY = {
     "sync": "sync (default): one fsync per group commit of RocksDB before any ack in it",
     "async": "async: acked once the OS has the write (survives kill -9, not power loss)",
 }
+QUORUM = (
+    "quorum: fsynced on a majority of {} replicas (node processes on this machine) "
+    "before any ack"
+)
 
 
 def _streamwal_binary() -> str:
@@ -50,7 +55,9 @@ class StreamwalProducer:
 
 
 class StreamwalReader:
-    """The consumer's own frame-at-a-time `next_batch`, without the node's time ticks."""
+    """The consumer's own frame-at-a-time `next_batch`, without the node's time ticks; the
+    payloads come as the batch's column (no message object each), as Redis's come as a
+    list from XREAD."""
 
     def __init__(self, client, consumer) -> None:
         self._client = client
@@ -66,7 +73,7 @@ class StreamwalReader:
         batch, self._pending = self._pending.result(), None
         if batch is None:
             raise RuntimeError("the node closed the consumer stream")
-        return [m.payload for m in batch]
+        return batch.payloads
 
     async def close(self) -> None:
         if self._pending is not None:
@@ -79,26 +86,32 @@ class StreamwalReader:
 
 
 class Streamwal:
-    """One node process with its data in the run's temp dir."""
+    """Node processes with their data in the run's temp dir: one, or `replicas` holding
+    every stream as a replicated pchannel (node 1 leads, producers ack at QUORUM)."""
 
-    name = "streamwal"
-
-    def __init__(self, durability: str = "sync") -> None:
-        self.durability = DURABILITY[durability]
+    def __init__(self, durability: str = "sync", replicas: int = 1) -> None:
+        self.name = "streamwal" if replicas == 1 else f"streamwal_r{replicas}"
+        self.durability = DURABILITY[durability] if replicas == 1 else QUORUM.format(replicas)
         self._mode = durability
-        self._server: Server | None = None
-        self._address = ""
+        self._replicas = replicas
+        self._servers: list[Server] = []
+        self._members: list[tuple[int, str]] = []
         self._admin = None
 
-    async def _client(self):
+    @property
+    def _address(self) -> str:
+        return self._members[0][1]  # the leader's
+
+    async def _client(self, address: str = ""):
         from streamwal.client.node_client import NodeClient
 
-        client = NodeClient(self._address)
+        client = NodeClient(address or self._address)
         await client.__aenter__()
         return client
 
-    async def _serving(self) -> bool:
-        channel = transport.make_channel(self._address)
+    @staticmethod
+    async def _serving(address: str) -> bool:
+        channel = transport.make_channel(address)
         try:
             reply = await health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(service=""), timeout=1.0
@@ -110,43 +123,57 @@ class Streamwal:
             await channel.close()
 
     async def start(self, workdir: Path) -> None:
-        self._address = f"{HOST}:{free_port()}"
-        self._server = Server(
-            self.name,
-            [
-                _streamwal_binary(),
-                "node",
-                "--listen",
-                self._address,
-                "--data-dir",
-                str(workdir / "data"),
-                "--node-id",
-                "1",
-                "--durability",
-                self._mode,
-                "--log-level",
-                "warning",
-            ],
-            workdir,
-        )
-        self._server.start()
-        await self._server.wait_ready(self._serving, timeout=30.0)
-        self._admin = await self._client()
+        for node_id in range(1, self._replicas + 1):
+            address = f"{HOST}:{free_port()}"
+            name = self.name if self._replicas == 1 else f"{self.name}-node{node_id}"
+            server = Server(
+                name,
+                [
+                    _streamwal_binary(),
+                    "node",
+                    "--listen",
+                    address,
+                    "--data-dir",
+                    str(workdir / f"data{node_id}"),
+                    "--node-id",
+                    str(node_id),
+                    "--durability",
+                    self._mode,
+                    "--log-level",
+                    "warning",
+                ],
+                workdir,
+            )
+            server.start()
+            self._servers.append(server)
+            self._members.append((node_id, address))
+        for server, (_, address) in zip(self._servers, self._members, strict=True):
+            await server.wait_ready(lambda a=address: self._serving(a), timeout=30.0)
+        self._admin = [await self._client(address) for _, address in self._members]
 
     async def stop(self) -> None:
-        if self._admin is not None:
+        for admin in self._admin or ():
             with contextlib.suppress(Exception):
-                await self._admin.__aexit__(None, None, None)
-            self._admin = None
-        if self._server is not None:
-            self._server.stop()
-            self._server = None
+                await admin.__aexit__(None, None, None)
+        self._admin = None
+        for server in self._servers:
+            server.stop()
+        self._servers, self._members = [], []
 
     async def create_stream(self, stream: str) -> None:
-        await self._admin.assign(stream, term=TERM)
+        from streamwal.client.node_client import replica_set
+
+        if self._replicas == 1:
+            await self._admin[0].assign(stream, term=TERM)
+            return
+        leader = self._members[0]
+        for i, admin in enumerate(self._admin):
+            rs = replica_set(i == 0, self._members, None if i == 0 else leader)
+            await admin.assign(stream, term=TERM, replica_set=rs)
 
     async def drop_stream(self, stream: str) -> None:
-        await self._admin.remove(stream, term=TERM)
+        for admin in self._admin:
+            await admin.remove(stream, term=TERM)
 
     async def producer(self, stream: str) -> StreamwalProducer:
         client = await self._client()

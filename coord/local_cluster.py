@@ -26,6 +26,7 @@ from streamwal import transport
 from streamwal.node.local import LocalNode
 from streamwal.proto import coord_pb2 as cpb
 from streamwal.proto import coord_pb2_grpc as cpbg
+from streamwal.proto import streaming_pb2 as pb
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -171,6 +172,16 @@ class LocalCluster:
         stub = cpbg.StreamingCoordChannelServiceStub(self.channel())
         reply = await stub.DescribeChannels(cpb.DescribeChannelsRequest(), timeout=5)
         return {d.channel_name: d for d in reply.descriptions}
+
+    async def replicas_healthy(self, name: str, max_lag: int = 50_000) -> bool:
+        """ASSIGNED with every replica, and the leader reports each follower within
+        `max_lag` records: ready for the next fault."""
+        d = (await self.describe())[name]
+        if d.meta.state != pb.PCHANNEL_META_STATE_ASSIGNED or len(d.members) < d.replicas:
+            return False
+        followers = {m.server_id for m in d.members} - {d.meta.node.server_id}
+        progress = {p.node_id: p for p in d.progress}
+        return followers <= set(progress) and all(progress[f].lag < max_lag for f in followers)
 
     async def drain(self, node_id: int, undrain: bool = False) -> None:
         stub = cpbg.StreamingCoordChannelServiceStub(self.channel())

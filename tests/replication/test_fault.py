@@ -140,19 +140,11 @@ async def describe(cluster: LocalCluster, name: str):
     return (await cluster.describe())[name]
 
 
-async def healthy(cluster: LocalCluster, name: str) -> bool:
-    """ASSIGNED, and the leader reports every follower caught up to within a few records."""
-    d = await describe(cluster, name)
-    if d.meta.state != 3 or len(d.members) != 3:  # PCHANNEL_META_STATE_ASSIGNED
-        return False
-    followers = {m.server_id for m in d.members} - {d.meta.node.server_id}
-    progress = {p.node_id: p for p in d.progress}
-    return followers <= set(progress) and all(progress[f].lag < 50_000 for f in followers)
-
-
 async def wait_healthy(cluster: LocalCluster, name: str, timeout: float = 30.0) -> None:
     try:
-        await wait_for(lambda: healthy(cluster, name), timeout, 0.1, "3 healthy replicas")
+        await wait_for(
+            lambda: cluster.replicas_healthy(name), timeout, 0.1, "3 healthy replicas"
+        )
     except TimeoutError:
         d = await describe(cluster, name)
         raise AssertionError(
