@@ -92,8 +92,7 @@ async def consume_all(nc: NodeClient, term: int, start: int, upto: int) -> tuple
             batch = await consumer.next_batch()
             if batch is None:
                 break
-            for m in batch:
-                count += len(m.payload) > 0
+            count += sum(len(p) > 0 for p in batch.payloads)
     finally:
         await consumer.close()
     return count, time.perf_counter() - started
