@@ -92,6 +92,12 @@ class ConsumedBatch(Sequence[ConsumedMessage]):
         return f"ConsumedBatch({len(self)} messages, offsets {offsets[0]}..{offsets[-1]})"
 
     @property
+    def raw_messages(self) -> Sequence[pb.Message]:
+        """The frame's protobuf Messages as parsed (no node-set `_tt`/`_wt` in their
+        properties): for readers that build their own columns."""
+        return self._messages
+
+    @property
     def payloads(self) -> list[bytes]:
         return [m.payload for m in self._messages]
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
 
-from streamwal.client.node_client import ConsumedMessage
+from streamwal.client.consumed import ConsumedBatch, ConsumedMessage
 from streamwal.client.policy import DeliverPolicy
 from streamwal.client.sync import SyncNodeClient
 from streamwal.errors import StreamingError, Unavailable
@@ -61,25 +61,45 @@ class RangePartition:
     term: int
 
 
-def to_arrow(pchannel: str, messages: list[ConsumedMessage]) -> pa.RecordBatch:
-    """Rows of the data source's schema (see SCHEMA_DDL) for consecutive messages."""
+def to_arrow(pchannel: str, batches: list[Sequence[ConsumedMessage]]) -> pa.RecordBatch:
+    """Rows of the data source's schema (see SCHEMA_DDL) for consecutive batches.
+
+    A ConsumedBatch gives offsets, ticks and payloads as columns, so only the properties
+    are looked at per row (a ConsumedMessage per row cost about a fifth of this)."""
     vchannels, offsets, terms, ticks, types, props, payloads = [], [], [], [], [], [], []
     default_type = int(DEFAULT_MSG_TYPE)
-    for m in messages:
-        raw = m._msg  # the protobuf Message; one pass over its properties per row
-        p = raw.properties
-        vchannels.append(p.get(PROP_VCHANNEL))
-        t = p.get(PROP_TYPE)
-        types.append(int(t) if t else default_type)
-        props.append([(k, v) for k, v in p.items() if k not in _COLUMN_KEYS] if len(p) else [])
-        payloads.append(raw.payload)
-        offsets.append(m.offset)
-        terms.append(m.term)
-        ticks.append(m.time_tick)
+    for batch in batches:
+        if isinstance(batch, ConsumedBatch):
+            raws = batch.raw_messages
+            offsets += batch.offsets
+            ticks += batch.time_ticks
+            terms += [batch.term] * len(batch)
+            payloads += batch.payloads
+        else:
+            raws = [m._msg for m in batch]  # the protobuf Messages
+            offsets += [m.offset for m in batch]
+            ticks += [m.time_tick for m in batch]
+            terms += [m.term for m in batch]
+            payloads += [m.payload for m in batch]
+        for raw in raws:  # one pass over each message's properties
+            p = raw.properties
+            if not p:
+                vchannels.append(None)
+                types.append(default_type)
+                props.append([])
+                continue
+            vchannel = p.get(PROP_VCHANNEL)
+            t = p.get(PROP_TYPE)
+            vchannels.append(vchannel)
+            types.append(int(t) if t else default_type)
+            if len(p) == (vchannel is not None) + (t is not None):
+                props.append([])  # no key of the user's: skip the (slow) items() walk
+            else:
+                props.append([(k, v) for k, v in p.items() if k not in _COLUMN_KEYS])
     micros = [(t >> PHYSICAL_SHIFT) * 1000 for t in ticks]
     return pa.RecordBatch.from_arrays(
         [
-            pa.array([pchannel] * len(messages), pa.string()),
+            pa.array([pchannel] * len(offsets), pa.string()),
             pa.array(vchannels, pa.string()),
             pa.array(offsets, pa.int64()),
             pa.array(terms, pa.int64()),
@@ -171,16 +191,18 @@ def _read_from(
                 yield start
             if start >= r.end:
                 return
-            pending: list[ConsumedMessage] = []
+            pending: list[Sequence[ConsumedMessage]] = []
+            rows = 0
             while True:
                 batch = consumer.next_batch()
                 if batch is None:
                     break
-                pending.extend(batch)
-                if len(pending) >= ROWS_PER_BATCH:
+                pending.append(batch)
+                rows += len(batch)
+                if rows >= ROWS_PER_BATCH:
                     yield to_arrow(r.pchannel, pending)
-                    pending = []
-            if pending:
+                    pending, rows = [], 0
+            if rows:
                 yield to_arrow(r.pchannel, pending)
         finally:
             with contextlib.suppress(StreamingError, TimeoutError):
