@@ -138,7 +138,7 @@ class GroupService:
         start = table.get(ch.name, req.group)
         retry = table.claimed(req.group, req.consumer_id, req.claim)
         if retry is not None:  # the answer to this claim was lost: the same range again
-            pieces, cursor = self._take(ch, retry.start, req.max_messages, retry.end)
+            pieces, _ = self._take(ch, retry.start, req.max_messages, retry.end)
             return _response(pieces, table.cursors[req.group])
         pieces, cursor = self._take(ch, start, req.max_messages)
         if cursor == start:

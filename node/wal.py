@@ -188,12 +188,7 @@ class Wal:
                 )
             return outcome
         if ch is None:
-            meta = ChannelMeta(
-                retention_age_ms=self.config.default_retention_age_ms,
-                retention_bytes=self.config.default_retention_bytes,
-            )
-            ch = Channel(name, meta, self.store.tail(name))
-            self.channels[name] = ch
+            ch = self._new_channel(name)
         else:
             role = ch.replica
             self.replication.stop_role(ch, None)
@@ -236,6 +231,17 @@ class Wal:
         )
         return outcome
 
+    def _new_channel(self, name: str, term: int = 0) -> Channel:
+        """A pchannel this node has no meta for yet, with the node's default retention."""
+        meta = ChannelMeta(
+            term=term,
+            retention_age_ms=self.config.default_retention_age_ms,
+            retention_bytes=self.config.default_retention_bytes,
+        )
+        ch = Channel(name, meta, self.store.tail(name), self.store.load_commit(name))
+        self.channels[name] = ch
+        return ch
+
     def _tick(self, ch: Channel) -> None:
         """A new leader's first record: committing it commits the older terms' records
         below it (replication_rules.commit_offset), so do not wait for the idle tick."""
@@ -250,14 +256,10 @@ class Wal:
             raise IgnoredOperation(f"term must be >= 1, got {term}")
         ch = self.channels.get(name)
         if ch is None:
-            meta = ChannelMeta(
-                term=term,
-                retention_age_ms=self.config.default_retention_age_ms,
-                retention_bytes=self.config.default_retention_bytes,
+            ch = self._new_channel(name, term)
+            await asyncio.get_running_loop().run_in_executor(
+                None, self.store.save_meta, name, ch.meta
             )
-            ch = Channel(name, meta, self.store.tail(name), self.store.load_commit(name))
-            self.channels[name] = ch
-            await asyncio.get_running_loop().run_in_executor(None, self.store.save_meta, name, meta)
         elif term > ch.meta.term:
             ch.meta = replace(ch.meta, term=term)
             role = ch.replica
