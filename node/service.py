@@ -11,20 +11,20 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 import grpc
 from google.protobuf.message import DecodeError
 from grpc import aio
 
-from streamwal.errors import ChannelNotExist, Inner, InvalidArgument, OnShutdown, StreamingError
+from streamwal.errors import ChannelNotExist, InvalidArgument, OnShutdown, StreamingError
 from streamwal.grpc_errors import status_for, trailing
-from streamwal.ids import encode_offset
-from streamwal.node import delivery, records, txn_ops
+from streamwal.node import delivery, records
 from streamwal.node.channel import Channel
 from streamwal.node.fencing import check_access
+from streamwal.node.produce_stream import Malformed, ProduceSink, ProduceStream
 from streamwal.node.txn import TxnLimits, TxnTable
-from streamwal.node.wal import Resent, Wal
+from streamwal.node.wal import Wal
 from streamwal.proto import milvus_pb2
 from streamwal.proto import streaming_pb2 as pb
 
@@ -34,13 +34,6 @@ PRODUCER_HEADER = "create-producer-bin"
 CONSUMER_HEADER = "create-consumer-bin"
 READ_RECORDS = 1024  # records per read step while catching up (also bounded by bytes)
 MAX_PRODUCER_ID = 128
-
-
-class Malformed:
-    """Stands in for a request frame that did not parse."""
-
-    def __init__(self, what: str, exc: Exception) -> None:
-        self.reason = f"malformed {what} frame: {exc}"
 
 
 def _tolerant(cls) -> Callable[[bytes], object]:
@@ -65,6 +58,19 @@ def _header(context: aio.ServicerContext, key: str, cls):
             except DecodeError as exc:
                 raise InvalidArgument(f"garbled {key} header: {exc}") from None
     raise InvalidArgument(f"missing {key} header (a serialized {cls.__name__})")
+
+
+class GrpcProduceSink:
+    """A Produce stream's answers over gRPC."""
+
+    def __init__(self, context: aio.ServicerContext) -> None:
+        self._context = context
+
+    async def write(self, response: pb.ProduceResponse) -> None:
+        await self._context.write(response)
+
+    async def abort(self, err: StreamingError) -> None:
+        await _abort(self._context, err)
 
 
 class NodeService:
@@ -254,8 +260,19 @@ class NodeService:
     # -- produce -----------------------------------------------------------------------
 
     async def produce(self, request_iterator, context):
+        sink = GrpcProduceSink(context)
         try:
             header = _header(context, PRODUCER_HEADER, pb.CreateProducerRequest)
+        except StreamingError as err:
+            await sink.abort(err)
+            return
+        await self.serve_producer(header, request_iterator, sink)
+
+    async def serve_producer(
+        self, header: pb.CreateProducerRequest, requests: AsyncIterator, sink: ProduceSink
+    ) -> None:
+        """One Produce stream, whichever transport carries it (gRPC or the produce port)."""
+        try:
             term = header.pchannel.term
             ch = self.wal.access(header.pchannel.name, term)
             name = header.producer_id
@@ -264,21 +281,21 @@ class NodeService:
             last_sequence = self.wal.last_sequence(ch, name) if name else 0
             quorum = self.wal.replication.needs_quorum(ch, header.ack_level)
         except StreamingError as err:
-            await _abort(context, err)
+            await sink.abort(err)
             return
         producer_id = next(self._ids)
         ch.producers += 1
         gauge = self.wal.metrics.active_producers.labels(ch.name)
         gauge.inc()
         try:
-            await context.write(
+            await sink.write(
                 pb.ProduceResponse(
                     create=pb.CreateProducerResponse(
                         producer_id=producer_id, last_sequence=last_sequence
                     )
                 )
             )
-            await _ProduceStream(self, ch, term, name, quorum, request_iterator, context).run()
+            await ProduceStream(self, ch, term, name, quorum, requests, sink).run()
         finally:
             ch.producers -= 1
             gauge.dec()
@@ -400,222 +417,3 @@ class NodeService:
                 await context.write(delivery.batch_frame(delivery.join(small), small_term))
             ch.consumer_positions[consumer_id] = position
             lag.set(ch.visible_next - min(ch.consumer_positions.values()))
-
-
-class _ProduceStream:
-    """One Produce stream: reads requests, appends them, answers in completion order."""
-
-    def __init__(
-        self,
-        svc: NodeService,
-        ch: Channel,
-        term: int,
-        producer_name: str,
-        quorum: bool,
-        requests,
-        context,
-    ) -> None:
-        self.svc = svc
-        self.quorum = quorum  # answer once committed on a quorum, not once synced here
-        self.producer_name = producer_name
-        self.ch = ch
-        self.term = term
-        self.requests = requests
-        self.context = context
-        self.out: asyncio.Queue = asyncio.Queue()
-        self.outstanding = 0
-        self.inflight_bytes = 0
-        self.space = asyncio.Event()
-
-    async def run(self) -> None:
-        reader = asyncio.ensure_future(self._read())
-        closing: StreamingError | bool | None = None  # True: close requested
-        try:
-            while True:
-                if closing is not None and self.outstanding == 0:
-                    break
-                item = await self.out.get()
-                if isinstance(item, pb.ProduceResponse):
-                    self.outstanding -= 1
-                    await self.context.write(item)
-                else:
-                    closing = item
-            if isinstance(closing, StreamingError):
-                await _abort(self.context, closing)
-            elif closing is True:
-                await self.context.write(pb.ProduceResponse(close=pb.CloseProducerResponse()))
-        finally:
-            reader.cancel()
-            self.svc.txns.drop_owner(self)  # a txn lives no longer than its stream
-
-    async def _read(self) -> None:
-        try:
-            async for req in self.requests:
-                if isinstance(req, Malformed):
-                    self.out.put_nowait(InvalidArgument(req.reason))
-                    return
-                kind = req.WhichOneof("request")
-                if kind == "produce_batch":
-                    self._batch(req.produce_batch)
-                elif kind == "produce":
-                    self._single(req.produce)
-                elif kind == "txn":
-                    txn_ops.handle(self, req.txn)
-                elif kind == "close":
-                    self.out.put_nowait(True)
-                    return
-                else:
-                    self.out.put_nowait(InvalidArgument("empty ProduceRequest"))
-                    return
-                while self.inflight_bytes > self.svc.max_inflight:
-                    self.space.clear()
-                    await self.space.wait()
-            self.out.put_nowait(False)  # half-closed without a close request
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # the transport broke; nothing more to answer
-            log.debug("producer stream ended", extra={"error": repr(exc)})
-            self.out.put_nowait(False)
-
-    def _submit(
-        self,
-        body: bytes,
-        count: int,
-        respond: Callable[[int, int, bool], pb.ProduceResponse],
-        fail: Callable[[StreamingError], pb.ProduceResponse],
-        producer: tuple[str, int] | None = None,
-        barrier_time_tick: int = 0,
-        flags: int = 0,
-    ) -> None:
-        """Append and answer once durable (and committed, at QUORUM): respond(base, first
-        tick, duplicate) or fail."""
-        self.outstanding += 1
-        duplicate = False
-        try:
-            future = self.svc.wal.append(
-                self.ch,
-                self.term,
-                body,
-                count,
-                producer=producer,
-                barrier_time_tick=barrier_time_tick,
-                flags=flags,
-            )
-        except StreamingError as err:
-            self.out.put_nowait(fail(err))
-            return
-        except Resent as resent:
-            r = resent.result
-            if resent.pending is None:
-                future = asyncio.get_running_loop().create_future()
-                future.set_result((r.base, r.first_tick))
-            else:
-                future = resent.pending
-            duplicate, count = True, r.count
-        size = len(body)
-        self.inflight_bytes += size
-
-        def answer(exc: BaseException | None, base: int = 0, first_tick: int = 0) -> None:
-            self.inflight_bytes -= size
-            self.space.set()
-            if exc is None:
-                self.out.put_nowait(respond(base, first_tick, duplicate))
-            else:
-                err = exc if isinstance(exc, StreamingError) else Inner(str(exc))
-                self.out.put_nowait(fail(err))
-
-        def durable(f: asyncio.Future) -> None:
-            exc = f.exception()
-            if exc is not None:
-                return answer(exc)
-            base, first_tick = f.result()
-            if not self.quorum:
-                return answer(None, base, first_tick)
-            committed = self.svc.wal.replication.wait_commit(self.ch, self.term, base + count)
-            committed.add_done_callback(lambda c: answer(c.exception(), base, first_tick))
-
-        future.add_done_callback(durable)
-
-    def _batch(self, req: pb.ProduceBatchRequest) -> None:
-        rid = req.request_id
-
-        def fail(err: StreamingError) -> pb.ProduceResponse:
-            return pb.ProduceResponse(
-                produce_batch=pb.ProduceBatchResponse(request_id=rid, error=err.to_proto())
-            )
-
-        try:
-            count = self._check_batch(req.messages)
-        except StreamingError as err:
-            self.outstanding += 1
-            self.out.put_nowait(fail(err))
-            return
-
-        def respond(base: int, first_tick: int, duplicate: bool) -> pb.ProduceResponse:
-            return pb.ProduceResponse(
-                produce_batch=pb.ProduceBatchResponse(
-                    request_id=rid,
-                    result=pb.ProduceBatchResult(
-                        first_id=pb.MessageID(id=encode_offset(base)),
-                        count=count,
-                        first_time_tick=first_tick,
-                        duplicate=duplicate,
-                    ),
-                )
-            )
-
-        producer = (
-            (self.producer_name, req.sequence) if self.producer_name and req.sequence else None
-        )
-        self._submit(req.messages, count, respond, fail, producer, req.barrier_time_tick)
-
-    def _check_batch(self, body: bytes) -> int:
-        try:
-            batch = pb.MessageBatch.FromString(body)
-        except DecodeError as exc:
-            raise InvalidArgument(f"malformed MessageBatch: {exc}") from None
-        count = len(batch.messages)
-        if count == 0:
-            raise InvalidArgument("empty batch")
-        limit = self.svc.max_message_bytes
-        if len(body) > limit:  # only then can a single message be over the limit
-            for i, msg in enumerate(batch.messages):
-                size = msg.ByteSize()
-                if size > limit:
-                    raise InvalidArgument(
-                        f"message {i} of the batch is {size} bytes, over the {limit}-byte limit"
-                    )
-        return count
-
-    def _single(self, req: pb.ProduceMessageRequest) -> None:
-        rid = req.request_id
-
-        def fail(err: StreamingError) -> pb.ProduceResponse:
-            return pb.ProduceResponse(
-                produce=pb.ProduceMessageResponse(request_id=rid, error=err.to_proto())
-            )
-
-        size = req.message.ByteSize()
-        if size > self.svc.max_message_bytes:
-            self.outstanding += 1
-            self.out.put_nowait(
-                fail(
-                    InvalidArgument(
-                        f"message is {size} bytes, over the {self.svc.max_message_bytes}-byte limit"
-                    )
-                )
-            )
-            return
-
-        def respond(base: int, first_tick: int, _duplicate: bool) -> pb.ProduceResponse:
-            return pb.ProduceResponse(
-                produce=pb.ProduceMessageResponse(
-                    request_id=rid,
-                    result=pb.ProduceMessageResponseResult(
-                        id=pb.MessageID(id=encode_offset(base)), time_tick=first_tick
-                    ),
-                )
-            )
-
-        body = pb.MessageBatch(messages=[req.message]).SerializeToString()
-        self._submit(body, 1, respond, fail)

@@ -21,10 +21,10 @@ from streamwal.node.fencing import check_access
 from streamwal.proto import streaming_pb2 as pb
 
 if TYPE_CHECKING:
-    from streamwal.node.service import _ProduceStream
+    from streamwal.node.produce_stream import ProduceStream
 
 
-def handle(stream: _ProduceStream, req: pb.TxnRequest) -> None:
+def handle(stream: ProduceStream, req: pb.TxnRequest) -> None:
     """Answer one TxnRequest on `stream` (now, or once its commit is durable)."""
     rid = req.request_id
 
@@ -56,7 +56,7 @@ def handle(stream: _ProduceStream, req: pb.TxnRequest) -> None:
     stream.out.put_nowait(resp)
 
 
-def _begin(stream: _ProduceStream, req: pb.TxnBegin, answer, now: float) -> pb.ProduceResponse:
+def _begin(stream: ProduceStream, req: pb.TxnBegin, answer, now: float) -> pb.ProduceResponse:
     ch = stream.ch
     if req.vchannel != ch.name and pchannel_of(req.vchannel) != ch.name:
         raise InvalidArgument(
@@ -68,7 +68,7 @@ def _begin(stream: _ProduceStream, req: pb.TxnBegin, answer, now: float) -> pb.P
     return answer(begun=pb.TxnBegun(txn_id=txn.txn_id, keepalive_ms=round(txn.keepalive_s * 1000)))
 
 
-def _append(stream: _ProduceStream, req: pb.TxnAppend, answer, now: float) -> pb.ProduceResponse:
+def _append(stream: ProduceStream, req: pb.TxnAppend, answer, now: float) -> pb.ProduceResponse:
     count = stream._check_batch(req.messages)
     table = stream.svc.txns
     vchannel = table.vchannel_of(stream, req.txn_id, now)
@@ -83,7 +83,7 @@ def _append(stream: _ProduceStream, req: pb.TxnAppend, answer, now: float) -> pb
 
 
 def _commit(
-    stream: _ProduceStream,
+    stream: ProduceStream,
     req: pb.TxnCommit,
     answer,
     fail: Callable[[StreamingError], pb.ProduceResponse],

@@ -1,0 +1,261 @@
+"""One Produce stream over the Wal, independent of the transport that carries it.
+
+The gRPC handler and the produce port (node/produce_port.py) both hand their parsed
+requests and a sink for the answers to `ProduceStream`, so fencing, batching, flow
+control, txns and idempotence are the same code whichever way a producer connects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Protocol
+
+from google.protobuf.message import DecodeError
+
+from streamwal.errors import Inner, InvalidArgument, StreamingError
+from streamwal.ids import encode_offset
+from streamwal.node import txn_ops
+from streamwal.node.channel import Channel
+from streamwal.node.wal import Resent
+from streamwal.proto import streaming_pb2 as pb
+
+if TYPE_CHECKING:
+    from streamwal.node.service import NodeService
+
+log = logging.getLogger("streamwal.node.produce")
+
+
+class Malformed:
+    """Stands in for a request frame that did not parse."""
+
+    def __init__(self, what: str, exc: Exception) -> None:
+        self.reason = f"malformed {what} frame: {exc}"
+
+
+class ProduceSink(Protocol):
+    """Where a Produce stream's answers go: in order, then maybe an error that ends it."""
+
+    async def write(self, response: pb.ProduceResponse) -> None: ...
+
+    async def abort(self, err: StreamingError) -> None: ...
+
+
+class ProduceStream:
+    """One Produce stream: reads requests, appends them, answers in completion order."""
+
+    def __init__(
+        self,
+        svc: NodeService,
+        ch: Channel,
+        term: int,
+        producer_name: str,
+        quorum: bool,
+        requests: AsyncIterator,
+        sink: ProduceSink,
+    ) -> None:
+        self.svc = svc
+        self.quorum = quorum  # answer once committed on a quorum, not once synced here
+        self.producer_name = producer_name
+        self.ch = ch
+        self.term = term
+        self.requests = requests
+        self.sink = sink
+        self.out: asyncio.Queue = asyncio.Queue()
+        self.outstanding = 0
+        self.inflight_bytes = 0
+        self.space = asyncio.Event()
+
+    async def run(self) -> None:
+        reader = asyncio.ensure_future(self._read())
+        closing: StreamingError | bool | None = None  # True: close requested
+        try:
+            while True:
+                if closing is not None and self.outstanding == 0:
+                    break
+                item = await self.out.get()
+                if isinstance(item, pb.ProduceResponse):
+                    self.outstanding -= 1
+                    await self.sink.write(item)
+                else:
+                    closing = item
+            if isinstance(closing, StreamingError):
+                await self.sink.abort(closing)
+            elif closing is True:
+                await self.sink.write(pb.ProduceResponse(close=pb.CloseProducerResponse()))
+        finally:
+            reader.cancel()
+            self.svc.txns.drop_owner(self)  # a txn lives no longer than its stream
+
+    async def _read(self) -> None:
+        try:
+            async for req in self.requests:
+                if isinstance(req, Malformed):
+                    self.out.put_nowait(InvalidArgument(req.reason))
+                    return
+                kind = req.WhichOneof("request")
+                if kind == "produce_batch":
+                    self._batch(req.produce_batch)
+                elif kind == "produce":
+                    self._single(req.produce)
+                elif kind == "txn":
+                    txn_ops.handle(self, req.txn)
+                elif kind == "close":
+                    self.out.put_nowait(True)
+                    return
+                else:
+                    self.out.put_nowait(InvalidArgument("empty ProduceRequest"))
+                    return
+                while self.inflight_bytes > self.svc.max_inflight:
+                    self.space.clear()
+                    await self.space.wait()
+            self.out.put_nowait(False)  # half-closed without a close request
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the transport broke; nothing more to answer
+            log.debug("producer stream ended", extra={"error": repr(exc)})
+            self.out.put_nowait(False)
+
+    def _submit(
+        self,
+        body: bytes,
+        count: int,
+        respond: Callable[[int, int, bool], pb.ProduceResponse],
+        fail: Callable[[StreamingError], pb.ProduceResponse],
+        producer: tuple[str, int] | None = None,
+        barrier_time_tick: int = 0,
+        flags: int = 0,
+    ) -> None:
+        """Append and answer once durable (and committed, at QUORUM): respond(base, first
+        tick, duplicate) or fail."""
+        self.outstanding += 1
+        duplicate = False
+        try:
+            future = self.svc.wal.append(
+                self.ch,
+                self.term,
+                body,
+                count,
+                producer=producer,
+                barrier_time_tick=barrier_time_tick,
+                flags=flags,
+            )
+        except StreamingError as err:
+            self.out.put_nowait(fail(err))
+            return
+        except Resent as resent:
+            r = resent.result
+            if resent.pending is None:
+                future = asyncio.get_running_loop().create_future()
+                future.set_result((r.base, r.first_tick))
+            else:
+                future = resent.pending
+            duplicate, count = True, r.count
+        size = len(body)
+        self.inflight_bytes += size
+
+        def answer(exc: BaseException | None, base: int = 0, first_tick: int = 0) -> None:
+            self.inflight_bytes -= size
+            self.space.set()
+            if exc is None:
+                self.out.put_nowait(respond(base, first_tick, duplicate))
+            else:
+                err = exc if isinstance(exc, StreamingError) else Inner(str(exc))
+                self.out.put_nowait(fail(err))
+
+        def durable(f: asyncio.Future) -> None:
+            exc = f.exception()
+            if exc is not None:
+                return answer(exc)
+            base, first_tick = f.result()
+            if not self.quorum:
+                return answer(None, base, first_tick)
+            committed = self.svc.wal.replication.wait_commit(self.ch, self.term, base + count)
+            committed.add_done_callback(lambda c: answer(c.exception(), base, first_tick))
+
+        future.add_done_callback(durable)
+
+    def _batch(self, req: pb.ProduceBatchRequest) -> None:
+        rid = req.request_id
+
+        def fail(err: StreamingError) -> pb.ProduceResponse:
+            return pb.ProduceResponse(
+                produce_batch=pb.ProduceBatchResponse(request_id=rid, error=err.to_proto())
+            )
+
+        try:
+            count = self._check_batch(req.messages)
+        except StreamingError as err:
+            self.outstanding += 1
+            self.out.put_nowait(fail(err))
+            return
+
+        def respond(base: int, first_tick: int, duplicate: bool) -> pb.ProduceResponse:
+            return pb.ProduceResponse(
+                produce_batch=pb.ProduceBatchResponse(
+                    request_id=rid,
+                    result=pb.ProduceBatchResult(
+                        first_id=pb.MessageID(id=encode_offset(base)),
+                        count=count,
+                        first_time_tick=first_tick,
+                        duplicate=duplicate,
+                    ),
+                )
+            )
+
+        producer = (
+            (self.producer_name, req.sequence) if self.producer_name and req.sequence else None
+        )
+        self._submit(req.messages, count, respond, fail, producer, req.barrier_time_tick)
+
+    def _check_batch(self, body: bytes) -> int:
+        try:
+            batch = pb.MessageBatch.FromString(body)
+        except DecodeError as exc:
+            raise InvalidArgument(f"malformed MessageBatch: {exc}") from None
+        count = len(batch.messages)
+        if count == 0:
+            raise InvalidArgument("empty batch")
+        limit = self.svc.max_message_bytes
+        if len(body) > limit:  # only then can a single message be over the limit
+            for i, msg in enumerate(batch.messages):
+                size = msg.ByteSize()
+                if size > limit:
+                    raise InvalidArgument(
+                        f"message {i} of the batch is {size} bytes, over the {limit}-byte limit"
+                    )
+        return count
+
+    def _single(self, req: pb.ProduceMessageRequest) -> None:
+        rid = req.request_id
+
+        def fail(err: StreamingError) -> pb.ProduceResponse:
+            return pb.ProduceResponse(
+                produce=pb.ProduceMessageResponse(request_id=rid, error=err.to_proto())
+            )
+
+        size = req.message.ByteSize()
+        if size > self.svc.max_message_bytes:
+            self.outstanding += 1
+            self.out.put_nowait(
+                fail(
+                    InvalidArgument(
+                        f"message is {size} bytes, over the {self.svc.max_message_bytes}-byte limit"
+                    )
+                )
+            )
+            return
+
+        def respond(base: int, first_tick: int, _duplicate: bool) -> pb.ProduceResponse:
+            return pb.ProduceResponse(
+                produce=pb.ProduceMessageResponse(
+                    request_id=rid,
+                    result=pb.ProduceMessageResponseResult(
+                        id=pb.MessageID(id=encode_offset(base)), time_tick=first_tick
+                    ),
+                )
+            )
+
+        body = pb.MessageBatch(messages=[req.message]).SerializeToString()
+        self._submit(body, 1, respond, fail)
