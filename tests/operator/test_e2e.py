@@ -50,9 +50,10 @@ def test_apply_assigns_to_real_nodes_and_kubectl_shows_node_and_term(cluster: Cl
     assert wait_for(lambda: any(e.reason == "Assigned" for e in cluster.events("ch-a")), 10)
 
     # Clients learn the same assignment from AssignmentDiscover served beside the operator.
-    assert discovered(op.coord_port) == {
-        n: (o["status"]["node"]["address"], o["status"]["term"]) for n, o in objs.items()
-    }
+    # (The status patch and the discovery push are separate steps of the reconcile, so
+    # a client may see one a moment before the other.)
+    expected = {n: (o["status"]["node"]["address"], o["status"]["term"]) for n, o in objs.items()}
+    assert wait_for(lambda: discovered(op.coord_port) == expected, 10, "discovery caught up")
 
 
 def discovered(port: int) -> dict[str, tuple[str, int]]:
