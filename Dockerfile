@@ -31,6 +31,6 @@ ENV PATH=/opt/streamwal/bin:$PATH \
 RUN mkdir -p /data && chown streamwal:streamwal /data
 VOLUME ["/data"]
 USER 10001:10001
-EXPOSE 19530 19500 9091
+EXPOSE 19530 19531 19500 9091
 ENTRYPOINT ["streamwal"]
 CMD ["--help"]

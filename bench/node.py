@@ -2,7 +2,8 @@
 
 It starts a real node process, then measures: acknowledged produce throughput of one
 pipelined client (128-byte payloads by default), one-at-a-time produce latency (on the
-settled node, and again right after the throughput run while RocksDB digests it),
+settled node over the produce port and over gRPC, and again right after the throughput
+run while RocksDB digests it),
 catch-up consume throughput from the start of the log, and the time a killed node with
 a large log on disk needs to serve again (spawn -> produce acknowledged -> consumed).
 Progress goes to stderr; the last stdout line is one JSON object.
@@ -166,6 +167,14 @@ async def run(
             result["produce_p50_ms"] = round(statistics.median(lat), 3)
             result["produce_p99_ms"] = round(_percentile(lat, 0.99), 3)
             result["produce_p999_ms"] = round(_percentile(lat, 0.999), 3)
+            result["produce_transport"] = producer.transport
+            # The same over a gRPC Produce stream, for clients that cannot use the port.
+            async with NodeClient(node.address, produce_port=False) as grpc_nc:
+                grpc_producer = await grpc_nc.producer(PCHANNEL, 1)
+                lat = await one_at_a_time(grpc_producer, size, latency_sends, "latency, gRPC")
+                await grpc_producer.close()
+            result["produce_grpc_p50_ms"] = round(statistics.median(lat), 3)
+            result["produce_grpc_p99_ms"] = round(_percentile(lat, 0.99), 3)
             # Catch-up below reads the throughput run's records, not the latency run's
             # thousands of one-message records (a different workload, read slower).
             bulk_start = (await nc.collect_status()).channels[0].next_offset

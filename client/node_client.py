@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
+import os
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -20,6 +22,7 @@ from grpc import aio
 from streamwal.client import encoding
 from streamwal.client.consumed import ConsumedBatch, ConsumedMessage
 from streamwal.client.policy import DeliverPolicy
+from streamwal.client.produce_wire import WireProduceCall, open_wire_producer
 from streamwal.client.txn import Txn
 from streamwal.errors import (
     InvalidRequestSeq,
@@ -32,9 +35,12 @@ from streamwal.grpc_errors import from_rpc_error
 from streamwal.ids import decode_offset, encode_offset
 from streamwal.message import PROP_TERM, PROP_TIME_TICK
 from streamwal.proto import groups_pb2 as gpb
-from streamwal.proto import milvus_pb2
+from streamwal.proto import milvus_pb2, wire_pb2
 from streamwal.proto import streaming_pb2 as pb
 from streamwal.transport import TransportConfig, make_channel
+from streamwal.wire import FrameError
+
+log = logging.getLogger("streamwal.client")
 
 _HANDLER = "/milvus.proto.streaming.StreamingNodeHandlerService/"
 _MANAGER = "/milvus.proto.streaming.StreamingNodeManagerService/"
@@ -46,6 +52,7 @@ ACK_LEVELS = {
     "quorum": pb.ACK_LEVEL_QUORUM,
 }
 _GROUPS = "/streamwal.groups.StreamingNodeConsumerGroupService/"
+_INFO = "/streamwal.wire.StreamingNodeInfoService/"
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,11 +76,32 @@ def replica_set(
 
 
 class NodeClient:
-    """One gRPC channel to one node."""
+    """One gRPC channel to one node, and producers on the node's produce port.
 
-    def __init__(self, address: str, transport: TransportConfig | None = None) -> None:
+    Producers use the node's produce port (plain TCP frames, proto/wire.proto) when the
+    node has one, for lower latency, and gRPC otherwise; `produce_port=False` or
+    STREAMWAL_PRODUCE_PORT=off keeps them on gRPC. TLS always keeps them on gRPC.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        transport: TransportConfig | None = None,
+        *,
+        produce_port: bool | None = None,
+    ) -> None:
         self.address = address
+        transport = transport or TransportConfig.from_env()
         self._channel = make_channel(address, transport)
+        if produce_port is None:
+            produce_port = os.environ.get("STREAMWAL_PRODUCE_PORT", "on").lower() not in (
+                "off",
+                "0",
+                "false",
+                "no",
+            )
+        self._use_produce_port = produce_port and not transport.tls
+        self._produce_port: int | None = None  # from Describe; None: not asked yet
 
     async def __aenter__(self) -> NodeClient:
         return self
@@ -209,8 +237,37 @@ class NodeClient:
 
     async def producer(self, pchannel: str, term: int, **options) -> Producer:
         producer = Producer(self._channel, pchannel, term, **options)
+        where = await self._produce_address()
+        if where is not None:
+            try:
+                await producer.open(where)
+                return producer
+            except (OSError, TimeoutError) as exc:  # the port is gone (node restarted?)
+                log.debug("produce port unreachable, using gRPC", extra={"error": repr(exc)})
+                self._produce_port = None
         await producer.open()
         return producer
+
+    async def _produce_address(self) -> tuple[str, int] | None:
+        """(host, port) of the node's produce port; None: produce over gRPC."""
+        if not self._use_produce_port:
+            return None
+        host, _, _ = self.address.rpartition(":")
+        if not host or "/" in host:  # not HOST:PORT (a resolver URI): stay on gRPC
+            return None
+        if self._produce_port is None:
+            describe = self._channel.unary_unary(
+                _INFO + "Describe",
+                request_serializer=lambda m: m.SerializeToString(),
+                response_deserializer=wire_pb2.DescribeNodeResponse.FromString,
+            )
+            try:
+                self._produce_port = (await describe(wire_pb2.DescribeNodeRequest())).produce_port
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.UNIMPLEMENTED:  # an older node: gRPC only
+                    self._produce_port = 0
+                return None  # unreachable now: the gRPC open will say so
+        return (host.strip("[]"), self._produce_port) if self._produce_port else None
 
     async def consumer(
         self,
@@ -347,16 +404,20 @@ class Producer:
         self._queue: asyncio.Queue[_Batch] = asyncio.Queue()
         self.last_sequence = 0  # what the node had from this producer id when we opened
 
-    async def open(self) -> None:
+    async def open(self, produce_port: tuple[str, int] | None = None) -> None:
+        """Open the stream: on the node's produce port at (host, port), else over gRPC."""
         header = pb.CreateProducerRequest(
             pchannel=pb.PChannelInfo(name=self.pchannel, term=self.term),
             producer_id=self.producer_id,
             ack_level=self.ack_level,
         )
-        # Frames are encoded by hand (client/encoding.py): the serializer passes bytes on.
-        self._call, first = await _open_stream(
-            self._channel, "Produce", header, pb.ProduceResponse, lambda raw: raw
-        )
+        if produce_port is not None:
+            self._call, first = await open_wire_producer(*produce_port, header)
+        else:
+            # Frames are encoded by hand (client/encoding.py): the serializer passes bytes on.
+            self._call, first = await _open_stream(
+                self._channel, "Produce", header, pb.ProduceResponse, lambda raw: raw
+            )
         self.last_sequence = first.create.last_sequence
         self._next_sequence = max(self._next_sequence, self.last_sequence + 1)
         self._reader = asyncio.ensure_future(self._read())
@@ -371,6 +432,11 @@ class Producer:
     @property
     def error(self) -> StreamingError | None:
         return self._error
+
+    @property
+    def transport(self) -> str:
+        """How this producer reaches its node: "produce port" or "gRPC"."""
+        return "produce port" if isinstance(self._call, WireProduceCall) else "gRPC"
 
     def _props(self, vchannel, msg_type, properties) -> bytes:
         if vchannel is None and msg_type is None and not properties:
@@ -547,6 +613,8 @@ class Producer:
             self._fail(Unavailable("producer stream closed"))
         except grpc.RpcError as exc:
             self._fail(from_rpc_error(exc))
+        except StreamingError as err:  # the produce port's ERROR frame or a broken connection
+            self._fail(err)
         except asyncio.CancelledError:
             raise
 
@@ -622,7 +690,15 @@ class Producer:
                 await self._call.write(encoding.close_frame())
                 await self._call.done_writing()
                 await asyncio.wait_for(self._reader, 5)
-            except (grpc.RpcError, TimeoutError, asyncio.CancelledError, asyncio.InvalidStateError):
+            except (
+                grpc.RpcError,
+                StreamingError,
+                ConnectionError,
+                FrameError,
+                TimeoutError,
+                asyncio.CancelledError,
+                asyncio.InvalidStateError,
+            ):
                 # InvalidStateError: the RPC ended before our reader noticed (nothing to say)
                 pass
         if self._reader:
@@ -735,5 +811,3 @@ class Consumer:
             pass
         self._call.cancel()
         self._call = None
-
-

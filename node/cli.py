@@ -57,6 +57,14 @@ from streamwal.units import parse_duration_ms, parse_size
     "--txn-max-open", default=1024, show_default=True, type=int, help="Open txns per node."
 )
 @click.option(
+    "--produce-listen",
+    default="auto",
+    show_default=True,
+    help="The produce port (Produce over plain TCP frames, lower latency than gRPC): "
+    "HOST:PORT, 'auto' (the --listen host, any free port; clients learn it from the node), "
+    "or 'off'. Always off when TLS is configured.",
+)
+@click.option(
     "--port-file",
     default=None,
     help="Write the bound port here once serving (for --listen HOST:0).",
@@ -76,6 +84,7 @@ def node(
     txn_keepalive: str,
     txn_max_bytes: str,
     txn_max_open: int,
+    produce_listen: str,
     port_file: str | None,
     log_level: str,
 ) -> None:
@@ -97,6 +106,7 @@ def node(
         txn_keepalive_s=parse_duration_ms(txn_keepalive) / 1000,
         txn_max_bytes=parse_size(txn_max_bytes),
         txn_max_open=txn_max_open,
+        produce_listen=produce_listen,
         port_file=port_file,
     )
     _run(NodeServer(config).serve_forever())

@@ -25,5 +25,8 @@ class NodeConfig:
     txn_keepalive_s: float = 10.0
     txn_max_bytes: int = 16 * 1024 * 1024
     txn_max_open: int = 1024
+    # The produce port (plain TCP frames, proto/wire.proto): "auto" = the gRPC host on a
+    # free port, HOST:PORT, or "off". Closed whenever TLS is configured.
+    produce_listen: str = "auto"
     # Written with the bound port once serving: lets a supervisor use --listen HOST:0.
     port_file: str | None = None

@@ -8,6 +8,7 @@ import os
 import signal
 import time
 
+import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import start_http_server
 
@@ -15,9 +16,11 @@ from streamwal.node.config import NodeConfig
 from streamwal.node.groups import GroupService
 from streamwal.node.log_store import LogStore
 from streamwal.node.metrics import NodeMetrics
+from streamwal.node.produce_port import ProducePort
 from streamwal.node.service import NodeService
 from streamwal.node.wal import Wal
-from streamwal.transport import TransportConfig, bind, make_server
+from streamwal.proto import wire_pb2
+from streamwal.transport import MAX_FRAME_BYTES, TransportConfig, bind, make_server
 
 log = logging.getLogger("streamwal.node")
 
@@ -30,6 +33,7 @@ class NodeServer:
         self.port = 0
         self._server = None
         self._metrics_server = None
+        self._produce_port: ProducePort | None = None
 
     async def start(self) -> None:
         cfg = self.config
@@ -48,9 +52,11 @@ class NodeServer:
         self.groups.start()
         server.add_generic_rpc_handlers([self.groups.handler()])
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        server.add_generic_rpc_handlers([self._info_handler()])
         self.port = bind(server, cfg.listen, self.transport)
         if self.port == 0:
             raise OSError(f"cannot listen on {cfg.listen}")
+        await self._open_produce_port()
         await server.start()
         self._server = server
         if cfg.metrics:
@@ -69,9 +75,42 @@ class NodeServer:
             extra={
                 "listen": cfg.listen,
                 "port": self.port,
+                "produce_port": self.produce_port,
                 "node_id": cfg.node_id,
                 "pchannels": len(self.wal.channels),
                 "startup_s": round(time.perf_counter() - started, 3),
+            },
+        )
+
+    @property
+    def produce_port(self) -> int:
+        return self._produce_port.port if self._produce_port else 0
+
+    async def _open_produce_port(self) -> None:
+        """The plain-TCP produce port, unless turned off or TLS is on (it has no TLS)."""
+        where = self.config.produce_listen
+        if where == "off" or (self.transport or TransportConfig.from_env()).tls:
+            return
+        if where == "auto":  # the gRPC host, any free port (clients learn it from Describe)
+            where = f"{self.config.listen.rpartition(':')[0]}:0"
+        host, _, port = where.rpartition(":")
+        self._produce_port = ProducePort(self.service, MAX_FRAME_BYTES)
+        await self._produce_port.start(host.strip("[]") or None, int(port))
+
+    def _info_handler(self) -> grpc.GenericRpcHandler:
+        async def describe(_request, _context) -> wire_pb2.DescribeNodeResponse:
+            return wire_pb2.DescribeNodeResponse(
+                server_id=self.config.node_id, produce_port=self.produce_port
+            )
+
+        return grpc.method_handlers_generic_handler(
+            "streamwal.wire.StreamingNodeInfoService",
+            {
+                "Describe": grpc.unary_unary_rpc_method_handler(
+                    describe,
+                    wire_pb2.DescribeNodeRequest.FromString,
+                    wire_pb2.DescribeNodeResponse.SerializeToString,
+                )
             },
         )
 
@@ -86,7 +125,7 @@ class NodeServer:
         clean = True
         for phase, step, deadline in (
             ("health", self._health.enter_graceful_shutdown(), 1.0),
-            ("rpcs", self._server.stop(grace) if self._server else asyncio.sleep(0), grace + 1),
+            ("rpcs", self._stop_serving(grace), grace + 1),
             ("wal", self.wal.close(), 3.0),
         ):
             log.info("stopping", extra={"phase": phase})
@@ -99,6 +138,12 @@ class NodeServer:
             self.store.close()
         if self._metrics_server:
             self._metrics_server.shutdown()
+
+    async def _stop_serving(self, grace: float) -> None:
+        await asyncio.gather(
+            self._server.stop(grace) if self._server else asyncio.sleep(0),
+            self._produce_port.stop(grace) if self._produce_port else asyncio.sleep(0),
+        )
 
     async def serve_forever(self) -> None:
         await self.start()

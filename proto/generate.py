@@ -12,7 +12,14 @@ import sys
 from pathlib import Path
 
 PROTO_DIR = Path(__file__).resolve().parent
-SOURCES = ("milvus.proto", "streaming.proto", "coord.proto", "broadcast.proto", "groups.proto")
+SOURCES = (
+    "milvus.proto",
+    "streaming.proto",
+    "coord.proto",
+    "broadcast.proto",
+    "groups.proto",
+    "wire.proto",
+)
 _IMPORT = re.compile(r"^import (\w+_pb2) as (\w+)$", re.MULTILINE)
 
 

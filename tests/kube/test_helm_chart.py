@@ -53,10 +53,11 @@ def test_streaming_nodes_render_as_production_needs(kube_bin: Path) -> None:
     assert pod["metadata"]["labels"]["app.kubernetes.io/component"] == "streaming-node"
     (container,) = pod["spec"]["containers"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"grpc": 19530, "metrics": 9091}
+    assert ports == {"grpc": 19530, "produce": 19531, "metrics": 9091}
     args = container["args"]
-    assert args[:5] == ["node", "--listen=0.0.0.0:19530", "--data-dir=/data",
-                        "--node-id=$(NODE_ID)", "--metrics=0.0.0.0:9091"]
+    assert args[:6] == ["node", "--listen=0.0.0.0:19530", "--data-dir=/data",
+                        "--node-id=$(NODE_ID)", "--metrics=0.0.0.0:9091",
+                        "--produce-listen=0.0.0.0:19531"]
     env = {e["name"]: e for e in container["env"]}
     assert "apps.kubernetes.io/pod-index" in env["NODE_ID"]["valueFrom"]["fieldRef"]["fieldPath"]
     for probe in ("readinessProbe", "livenessProbe", "startupProbe"):

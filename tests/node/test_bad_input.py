@@ -15,13 +15,15 @@ import grpc
 import pytest
 from grpc import aio
 
+from streamwal import wire
 from streamwal.client import encoding
 from streamwal.client.node_client import NodeClient
 from streamwal.client.policy import DeliverFilter, DeliverPolicy
-from streamwal.errors import Code, InvalidArgument
+from streamwal.errors import Code, InvalidArgument, StreamingError
 from streamwal.grpc_errors import from_trailing
 from streamwal.node.local import LocalNode
 from streamwal.proto import streaming_pb2 as pb
+from streamwal.proto import wire_pb2
 from streamwal.transport import make_channel
 from tests.node.helpers import HANDLER, read_data
 
@@ -369,3 +371,93 @@ async def test_spoofed_node_properties_are_overwritten_on_delivery(
         tick,
         2,
     )
+
+
+# -- the produce port (plain TCP frames, proto/wire.proto) --------------------------------
+
+
+async def _port_exchange(client: NodeClient, data: bytes, close_write: bool = False):
+    """Send raw bytes to the produce port; every frame that comes back until it closes."""
+    describe = client._channel.unary_unary(
+        "/streamwal.wire.StreamingNodeInfoService/Describe",
+        request_serializer=lambda m: m.SerializeToString(),
+        response_deserializer=wire_pb2.DescribeNodeResponse.FromString,
+    )
+    info = await describe(wire_pb2.DescribeNodeRequest())
+    reader, writer = await asyncio.open_connection("127.0.0.1", info.produce_port)
+    frames = []
+    try:
+        writer.write(data)
+        if close_write:
+            writer.write_eof()
+        while (got := await asyncio.wait_for(wire.read_frame(reader), 10)) is not None:
+            frames.append(got)
+    finally:
+        writer.close()
+    return frames
+
+
+def _port_error(frames) -> StreamingError:
+    kind, body = frames[-1]
+    assert kind == wire.ERROR, frames
+    return StreamingError.from_proto(pb.StreamingError.FromString(body))
+
+
+def _port_header(pch: str, term: int = 1) -> bytes:
+    req = pb.CreateProducerRequest(pchannel=pb.PChannelInfo(name=pch, term=term))
+    return wire.frame(wire.CREATE_PRODUCER, req.SerializeToString())
+
+
+@pytest.mark.parametrize(
+    "data, text",
+    [
+        (b"\x00\x00\x00\x02\x63ab", "unknown frame kind 99"),
+        (b"\xff\xff\xff\xff\x01", "over the 268435456-byte limit"),
+        (wire.frame(wire.PRODUCE_REQUEST, b""), "the first frame must be CREATE_PRODUCER"),
+        (wire.frame(wire.CREATE_PRODUCER, b"\xff\xff\xff"), "garbled CreateProducerRequest"),
+    ],
+)
+async def test_bad_frames_on_the_produce_port(client, bystander, data, text) -> None:
+    err = _port_error(await _port_exchange(client, data))
+    assert isinstance(err, InvalidArgument) and text in str(err)
+
+
+async def test_a_malformed_request_on_the_produce_port_ends_only_its_stream(
+    client, bystander, pchannel
+) -> None:
+    await client.assign(pchannel, 1)
+    good = encoding.produce_batch_frame(1, encoding.encode_entry(b"ok"), 0, 0)
+    frames = await _port_exchange(
+        client,
+        _port_header(pchannel)
+        + wire.frame(wire.PRODUCE_REQUEST, good)
+        + wire.frame(wire.PRODUCE_REQUEST, b"\xff\xff\xff\xff"),
+    )
+    answers = [pb.ProduceResponse.FromString(b) for k, b in frames[:-1]]
+    assert [a.WhichOneof("response") for a in answers] == ["create", "produce_batch"]
+    assert answers[1].produce_batch.result.count == 1  # acked before the bad frame: kept
+    err = _port_error(frames)
+    assert isinstance(err, InvalidArgument) and "malformed ProduceRequest" in str(err)
+    consumer = await client.consumer(pchannel, 1, DeliverPolicy.all(), time_ticks=False)
+    assert [m.payload for m in await read_data(consumer, 1)] == [b"ok"]
+    await consumer.close()
+
+
+async def test_a_frame_cut_short_on_the_produce_port_appends_nothing(
+    client, bystander, pchannel
+) -> None:
+    await client.assign(pchannel, 1)
+    whole = wire.frame(
+        wire.PRODUCE_REQUEST,
+        encoding.produce_batch_frame(1, encoding.encode_entry(b"half"), 0, 0),
+    )
+    frames = await _port_exchange(client, _port_header(pchannel) + whole[:-3], close_write=True)
+    assert _port_error(frames).code == Code.STREAMING_CODE_INVAILD_ARGUMENT
+    status = await client.collect_status()
+    assert {c.pchannel.name: c.next_offset for c in status.channels}[pchannel] == 0
+
+
+async def test_a_stale_term_on_the_produce_port_is_refused(client, bystander, pchannel) -> None:
+    await client.assign(pchannel, 2)
+    err = _port_error(await _port_exchange(client, _port_header(pchannel, 1)))
+    assert err.code == Code.STREAMING_CODE_UNMATCHED_CHANNEL_TERM and "stale" in str(err)

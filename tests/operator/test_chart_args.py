@@ -34,3 +34,29 @@ def test_chart_operator_args_parse(kube_bin: Path) -> None:
     assert ctx.params["coord_listen"].endswith(":19500")
     assert ctx.params["liveness"] == "http://0.0.0.0:8080/healthz"
     assert ctx.params["node_selector"] == "app.kubernetes.io/component=streaming-node"
+
+
+def _node_container(kube_bin: Path, *sets: str) -> dict:
+    rendered = subprocess.run(
+        [str(kube_bin / "helm"), "template", "sw", str(CHART), *sets],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    (sts,) = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "StatefulSet"]
+    return sts["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_chart_node_args_parse_and_open_the_produce_port(kube_bin: Path) -> None:
+    from streamwal.node.cli import node
+
+    container = _node_container(kube_bin)
+    args = [a.replace("$(NODE_ID)", "0") for a in container["args"][1:]]
+    ctx = node.make_context("node", args)
+    assert ctx.params["listen"] == "0.0.0.0:19530"
+    assert ctx.params["produce_listen"] == "0.0.0.0:19531"
+    assert {"name": "produce", "containerPort": 19531, "protocol": "TCP"} in container["ports"]
+    off = _node_container(kube_bin, "--set", "node.producePort=0")
+    assert "--produce-listen=off" in off["args"]
+    assert all(p["name"] != "produce" for p in off["ports"])

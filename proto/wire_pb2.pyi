@@ -1,0 +1,31 @@
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from typing import ClassVar as _ClassVar, Optional as _Optional
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class FrameKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FRAME_KIND_UNKNOWN: _ClassVar[FrameKind]
+    FRAME_KIND_CREATE_PRODUCER: _ClassVar[FrameKind]
+    FRAME_KIND_PRODUCE_REQUEST: _ClassVar[FrameKind]
+    FRAME_KIND_PRODUCE_RESPONSE: _ClassVar[FrameKind]
+    FRAME_KIND_ERROR: _ClassVar[FrameKind]
+FRAME_KIND_UNKNOWN: FrameKind
+FRAME_KIND_CREATE_PRODUCER: FrameKind
+FRAME_KIND_PRODUCE_REQUEST: FrameKind
+FRAME_KIND_PRODUCE_RESPONSE: FrameKind
+FRAME_KIND_ERROR: FrameKind
+
+class DescribeNodeRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DescribeNodeResponse(_message.Message):
+    __slots__ = ("server_id", "produce_port")
+    SERVER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCE_PORT_FIELD_NUMBER: _ClassVar[int]
+    server_id: int
+    produce_port: int
+    def __init__(self, server_id: _Optional[int] = ..., produce_port: _Optional[int] = ...) -> None: ...

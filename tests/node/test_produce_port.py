@@ -1,0 +1,130 @@
+"""The produce port: producers reach the node over plain TCP frames, and gRPC stays whole.
+
+The client picks the port up from Describe by itself; these tests check that it does,
+that both transports are one log under the same rules (fencing, idempotence), that a
+client falls back to gRPC whenever the port is off or gone, and that bad frames on the
+port get clear errors while the node keeps serving (see also test_bad_input.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from streamwal.client.node_client import NodeClient
+from streamwal.client.policy import DeliverPolicy
+from streamwal.errors import UnmatchedChannelTerm
+from streamwal.node.local import LocalNode
+from streamwal.proto import wire_pb2
+from tests.node.helpers import read_data
+
+INFO = "/streamwal.wire.StreamingNodeInfoService/Describe"
+
+
+async def _describe(client: NodeClient) -> wire_pb2.DescribeNodeResponse:
+    call = client._channel.unary_unary(
+        INFO,
+        request_serializer=lambda m: m.SerializeToString(),
+        response_deserializer=wire_pb2.DescribeNodeResponse.FromString,
+    )
+    return await call(wire_pb2.DescribeNodeRequest())
+
+
+def _on_port(producer) -> bool:
+    return producer.transport == "produce port"
+
+
+async def test_producers_use_the_port_the_node_describes(node: LocalNode, client, pchannel) -> None:
+    info = await _describe(client)
+    assert info.server_id == node.node_id and info.produce_port > 0
+    await client.assign(pchannel, 1)
+    producer = await client.producer(pchannel, 1)
+    assert _on_port(producer)
+    sent = [b"m%d" % i for i in range(50)]
+    offsets = [(await producer.send(p)).offset for p in sent[:10]]
+    offsets += [r.offset for r in await producer.send_many(sent[10:])]
+    await producer.close()
+    assert offsets == list(range(50))
+    consumer = await client.consumer(pchannel, 1, DeliverPolicy.all(), time_ticks=False)
+    got = await read_data(consumer, 50)
+    await consumer.close()
+    assert [m.payload for m in got] == sent
+
+
+async def test_both_transports_share_one_log_and_one_producer_identity(
+    node: LocalNode, client, pchannel
+) -> None:
+    await client.assign(pchannel, 1)
+    async with NodeClient(node.address, produce_port=False) as grpc_client:
+        on_port = await client.producer(pchannel, 1, producer_id="writer")
+        on_grpc = await grpc_client.producer(pchannel, 1, producer_id="writer")
+        assert _on_port(on_port) and not _on_port(on_grpc)
+        first = await on_port.send_batch([on_port.encode(b"a"), on_port.encode(b"b")], sequence=1)
+        # The same batch resent over gRPC under the same producer id is answered, not
+        # appended again: idempotence is the node's, not the transport's.
+        again = await on_grpc.send_batch([on_grpc.encode(b"a"), on_grpc.encode(b"b")], sequence=1)
+        assert again == first
+        await on_grpc.send(b"c")
+        await on_port.close()
+        await on_grpc.close()
+    consumer = await client.consumer(pchannel, 1, DeliverPolicy.all(), time_ticks=False)
+    got = await read_data(consumer, 3)
+    await consumer.close()
+    assert [m.payload for m in got] == [b"a", b"b", b"c"]
+
+
+async def test_stale_term_on_the_port_is_the_same_typed_error(client, pchannel) -> None:
+    await client.assign(pchannel, 2)
+    with pytest.raises(UnmatchedChannelTerm):
+        await client.producer(pchannel, 1)
+    producer = await client.producer(pchannel, 2)
+    await client.assign(pchannel, 3)  # fences the open producer
+    with pytest.raises(UnmatchedChannelTerm):
+        await asyncio.wait_for(producer.send(b"late"), 10)
+    await producer.abandon()
+
+
+async def test_port_off_keeps_producers_on_grpc(start_node, pchannel) -> None:
+    node = start_node("off", "--produce-listen", "off")
+    async with NodeClient(node.address) as client:
+        assert (await _describe(client)).produce_port == 0
+        await client.assign(pchannel, 1)
+        producer = await client.producer(pchannel, 1)
+        assert not _on_port(producer)
+        assert (await producer.send(b"x")).offset == 0
+        await producer.close()
+
+
+async def test_client_can_keep_producers_on_grpc(
+    node: LocalNode, pchannel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STREAMWAL_PRODUCE_PORT", "off")
+    async with NodeClient(node.address) as client:
+        await client.assign(pchannel, 1)
+        producer = await client.producer(pchannel, 1)
+        assert not _on_port(producer)
+        await producer.send(b"x")
+        await producer.close()
+
+
+async def test_a_restarted_node_on_a_new_port_is_found_again(node: LocalNode, pchannel) -> None:
+    async with NodeClient(node.address) as client:
+        await client.assign(pchannel, 1)
+        producer = await client.producer(pchannel, 1)
+        await producer.send(b"before")
+        old_port = (await _describe(client)).produce_port
+        node.kill()
+        node.start(timeout=60)
+        await client.wait_ready(30)
+        await client.assign(pchannel, 1)  # a restarted node waits to be assigned again
+        assert (await _describe(client)).produce_port != old_port
+        await producer.abandon()
+        # The cached port is gone: this producer falls back to gRPC and forgets it ...
+        fallback = await client.producer(pchannel, 1)
+        assert (await fallback.send(b"after")).offset == 1
+        await fallback.close()
+        # ... and the next one asks the node again and is back on the port.
+        again = await client.producer(pchannel, 1)
+        assert _on_port(again)
+        await again.close()
