@@ -93,6 +93,7 @@ async def test_requests_arriving_during_a_write_share_the_next_one(store: _Store
     store.gate.clear()
     first = _Item(b"big", b"v" * (INLINE_WRITE_BYTES + 1))  # to the worker, held there
     c.submit(first)
+    await asyncio.sleep(0)  # the write starts at the end of the submitting turn
     rest = [_Item(b"k%d" % i, b"v") for i in range(5)]
     for item in rest:
         c.submit(item)
@@ -104,6 +105,21 @@ async def test_requests_arriving_during_a_write_share_the_next_one(store: _Store
     await c.close()
 
 
+async def test_requests_of_one_loop_turn_share_one_inline_write(store: _Store) -> None:
+    """Frames that arrived together (parsed in the same turn) take one fsync, not one
+    each in turn: the write starts once the turn has submitted them all."""
+    groups: list[list[_Item]] = []
+    c = _committer(store, groups)
+    items = [_Item(b"t%d" % i, b"v") for i in range(4)]
+    for item in items:
+        c.submit(item)
+    assert not store.threads  # nothing written yet within the turn
+    await asyncio.gather(*(i.future for i in items))
+    assert [len(g) for g in groups] == [4]
+    assert store.threads == [threading.get_ident()]  # small and uncontended: on the loop
+    await c.close()
+
+
 async def test_a_failed_write_fails_its_group_and_the_queue_behind_it(store: _Store) -> None:
     groups: list[list[_Item]] = []
     c = _committer(store, groups)
@@ -111,6 +127,7 @@ async def test_a_failed_write_fails_its_group_and_the_queue_behind_it(store: _St
     store.fail = OSError(28, "No space left on device")
     doomed = _Item(b"big", b"v" * (INLINE_WRITE_BYTES + 1))
     c.submit(doomed)
+    await asyncio.sleep(0)
     queued = _Item(b"queued", b"v")
     c.submit(queued)
     store.gate.set()
