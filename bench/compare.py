@@ -22,7 +22,7 @@ from streamwal.bench import ceiling, failover, report, stats
 from streamwal.bench.runner import produce_key, run_system, steps
 from streamwal.bench.workloads import Plan, System
 
-PEERS = ("streamwal", "streamwal_r3", "redis", "redis_always", "nats")
+PEERS = ("streamwal", "streamwal_async", "streamwal_r3", "redis", "redis_always", "nats")
 FAILOVER_KILLS = {"full": 5, "quick": 2, "smoke": 1}
 
 
@@ -33,6 +33,8 @@ def _systems(only: tuple[str, ...]) -> list[System]:
 
     made = {
         "streamwal": Streamwal,
+        # Redis everysec's and this NATS's durability class: acked once the OS has it.
+        "streamwal_async": lambda: Streamwal("async"),
         "streamwal_r3": lambda: Streamwal(replicas=3),
         "redis": RedisStreams,
         "redis_always": lambda: RedisStreams("always"),
@@ -119,9 +121,10 @@ async def run_compare(
         noop = await run_system(ceiling.NoopGrpc(), plan, tick)
         rocks = await asyncio.to_thread(rocks_suite, plan, tick)
         systems["ceiling"] = report.ceiling_entry(noop, rocks)
-    vs = report.ratios(systems)
-    if vs:
-        systems["streamwal"]["vs"] = vs
+    for subject in ("streamwal", "streamwal_async"):
+        vs = report.ratios(systems, subject)
+        if vs:
+            systems[subject]["vs"] = vs
     return systems
 
 

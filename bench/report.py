@@ -46,13 +46,14 @@ def ceiling_entry(noop: dict, rocks: dict[str, dict]) -> dict:
 
 
 def ratios(systems: dict[str, dict], subject: str = "streamwal") -> dict[str, float]:
-    """streamwal against each peer and the ceiling (>1: streamwal is better)."""
+    """`subject` (a streamwal run) against each peer and the ceiling (>1: streamwal is
+    better); streamwal's other runs are not peers."""
     me = systems.get(subject)
     if not me or "error" in me:
         return {}
     out: dict[str, float] = {}
     for name, other in systems.items():
-        if name.startswith(subject) or "error" in other:  # itself, or its replicated run
+        if name.startswith("streamwal") or "error" in other:
             continue
         label = "ceiling" if name == "ceiling" else name
         out[f"produce_x_{label}"] = me["produce_msgs_per_s"] / other["produce_msgs_per_s"]

@@ -26,8 +26,7 @@ DURABILITY = {
     "async": "async: acked once the OS has the write (survives kill -9, not power loss)",
 }
 QUORUM = (
-    "quorum: fsynced on a majority of {} replicas (node processes on this machine) "
-    "before any ack"
+    "quorum: fsynced on a majority of {} replicas (node processes on this machine) before any ack"
 )
 
 
@@ -90,7 +89,11 @@ class Streamwal:
     every stream as a replicated pchannel (node 1 leads, producers ack at QUORUM)."""
 
     def __init__(self, durability: str = "sync", replicas: int = 1) -> None:
-        self.name = "streamwal" if replicas == 1 else f"streamwal_r{replicas}"
+        self.name = (
+            "streamwal"
+            + ("_async" if durability == "async" else "")
+            + (f"_r{replicas}" if replicas > 1 else "")
+        )
         self.durability = DURABILITY[durability] if replicas == 1 else QUORUM.format(replicas)
         self._mode = durability
         self._replicas = replicas

@@ -14,7 +14,15 @@ from pathlib import Path
 
 import pytest
 
-SYSTEMS = ("streamwal", "streamwal_r3", "redis", "redis_always", "nats", "ceiling")
+SYSTEMS = (
+    "streamwal",
+    "streamwal_async",
+    "streamwal_r3",
+    "redis",
+    "redis_always",
+    "nats",
+    "ceiling",
+)
 NUMBERS = ("produce_msgs_per_s", "produce_p99_ms", "consume_msgs_per_s", "e2e_p99_ms")
 
 
@@ -62,7 +70,10 @@ def test_compare_smoke_prints_a_table_then_the_json_of_every_system(tmp_path):
             assert entry["consume"]["count"] == entry["consume"]["expected"], name
     sw = result["systems"]["streamwal"]
     assert sw["vs"]["produce_x_redis"] > 0
-    assert not any(k.endswith("streamwal_r3") for k in sw["vs"])  # not a peer of itself
+    assert not any("streamwal" in k for k in sw["vs"])  # its other runs are not peers
+    same_class = result["systems"]["streamwal_async"]
+    assert same_class["durability"].startswith("async")
+    assert same_class["vs"]["produce_x_redis"] > 0 and "p99_ms_minus_nats" in same_class["vs"]
     r3 = result["systems"]["streamwal_r3"]
     assert r3["durability"].startswith("quorum")
     assert r3["failover"]["kills"] == 1 and 0 < r3["failover_max_s"] < 30, r3["failover"]

@@ -38,6 +38,9 @@ def test_bench_node_prints_one_json_object_last(tmp_path: Path) -> None:
     # catch-up reads back the throughput run
     assert result["consume_msgs"] == 40_000
     assert "fsync" in result["durability"]
+    # one-at-a-time latency over the produce port (the client's choice) and over gRPC
+    assert result["produce_transport"] == "produce port"
+    assert 0 < result["produce_grpc_p50_ms"] <= result["produce_grpc_p99_ms"]
 
 
 @pytest.mark.timeout(120)
