@@ -269,6 +269,8 @@ def node(
         raise click.BadParameter("must be odd (1, 3, 5, 7 or 9)", param_hint="--replicas")
     messages = messages or (300_000 if quick else 2_000_000)
     restart_messages = restart_messages or (1_000_000 if quick else 10_000_000)
+    import uvloop  # the client's loop, as `streamwal produce` and `bench compare` run it
+
     with tempfile.TemporaryDirectory(prefix="streamwal-bench-", dir=workdir) as tmp:
-        result = asyncio.run(run(quick, size, messages, restart_messages, Path(tmp), replicas))
+        result = uvloop.run(run(quick, size, messages, restart_messages, Path(tmp), replicas))
     click.echo(json.dumps(result))

@@ -14,6 +14,9 @@ class NodeConfig:
     # "sync": fsync every group commit (acknowledged survives power loss);
     # "async": the write reaches the OS before the ack (survives kill -9, not power loss).
     durability: str = "sync"
+    # On a new data dir (sync durability): filler written and dropped once so the first
+    # appends overwrite a recycled WAL file (log_store.LogStore._prewarm_wal). 0: off.
+    wal_prewarm_bytes: int = 64 * 1024 * 1024
     max_message_bytes: int = 4 * 1024 * 1024
     time_tick_interval_s: float = 0.2
     retention_check_interval_s: float = 5.0

@@ -26,6 +26,7 @@ from streamwal.node import records
 
 _U64 = struct.Struct(">Q")
 _MAX_KEY = b"\xff" * 8
+_PREWARM_PREFIX = b"\xfewal-prewarm\0"  # no log, meta or state key starts with 0xfe
 
 
 def log_prefix(name: str) -> bytes:
@@ -107,8 +108,9 @@ class Tail:
 class LogStore:
     """Thin wrapper over one RocksDB; every method is synchronous (callers pick the thread)."""
 
-    def __init__(self, path: str | Path, *, sync: bool = True) -> None:
+    def __init__(self, path: str | Path, *, sync: bool = True, wal_prewarm_bytes: int = 0) -> None:
         Path(path).mkdir(parents=True, exist_ok=True)
+        new_store = not (Path(path) / "CURRENT").exists()
         opts = Options(raw_mode=True)
         opts.create_if_missing(True)
         opts.set_write_buffer_size(64 * 1024 * 1024)
@@ -129,6 +131,32 @@ class LogStore:
         self._sync_opts = WriteOptions()  # fences, term history, copied logs: always synced
         self._sync_opts.sync = True
         self.sync = sync
+        if new_store and wal_prewarm_bytes > 0:
+            self._prewarm_wal(wal_prewarm_bytes)
+
+    def _prewarm_wal(self, size: int) -> None:
+        """Leave a recycled WAL file of about `size` bytes for the first appends to overwrite.
+
+        A new store's WAL grows with every append, and an fdatasync of a growing file must
+        also commit its size and extents to the filesystem journal: raw synced 200-byte
+        writes here took p50 0.31-0.33 / p99 0.80-1.56 ms on a new store against 0.22-0.23 /
+        0.51-0.83 ms on a pre-warmed one (20,000 writes each, 2026-11-22). Filler written
+        outside every key prefix the log uses, flushed and dropped, turns the first WAL
+        into a recycled one (set_recycle_log_file_num) without leaving data behind; it
+        costs ~0.3 s once, on the first start of a node. Restarts keep recycling the WALs
+        they recover, so they need none of this.
+        """
+        chunk = b"\0" * (1 << 20)
+        for i in range(max(1, size >> 20)):
+            wb = WriteBatch(raw_mode=True)
+            wb.put(_PREWARM_PREFIX + _U64.pack(i), chunk)
+            self._db.write(wb)  # not synced: the file's blocks are what counts
+        self._db.flush()
+        wb = WriteBatch(raw_mode=True)
+        wb.delete_range(_PREWARM_PREFIX, _PREWARM_PREFIX + _MAX_KEY)
+        self._db.write(wb)
+        self._db.flush()  # the filler's WAL is obsolete now, and recycled
+        self._db.compact_range(_PREWARM_PREFIX, _PREWARM_PREFIX + _MAX_KEY)
 
     def close(self) -> None:
         self._db.close()

@@ -38,7 +38,10 @@ class NodeServer:
     async def start(self) -> None:
         cfg = self.config
         started = time.perf_counter()
-        self.store = LogStore(cfg.data_dir, sync=cfg.durability == "sync")
+        sync = cfg.durability == "sync"
+        self.store = LogStore(
+            cfg.data_dir, sync=sync, wal_prewarm_bytes=cfg.wal_prewarm_bytes if sync else 0
+        )
         self.wal = Wal(self.store, cfg, self.metrics)
         self.wal.open()
         self.wal.start()

@@ -9,3 +9,8 @@ import os
 # Bad file descriptor"; 17 Spark tests failed once in CI). The forked child only execs
 # java, so gRPC needs no fork support here.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
+# A new node pre-warms its WAL with 64 MiB of filler (~0.3 s, node/log_store.py); the
+# suite starts a few hundred fresh nodes, so it runs them without, except where a test
+# turns it on (tests/node/test_wal_prewarm.py).
+os.environ.setdefault("STREAMWAL_NODE_WAL_PREWARM", "0")
