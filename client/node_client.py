@@ -248,6 +248,16 @@ class NodeClient:
         await producer.open()
         return producer
 
+    async def describe(self) -> wire_pb2.DescribeNodeResponse:
+        """The node's id and produce port (raises grpc.RpcError, UNIMPLEMENTED on nodes
+        older than the produce port)."""
+        call = self._channel.unary_unary(
+            _INFO + "Describe",
+            request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=wire_pb2.DescribeNodeResponse.FromString,
+        )
+        return await call(wire_pb2.DescribeNodeRequest())
+
     async def _produce_address(self) -> tuple[str, int] | None:
         """(host, port) of the node's produce port; None: produce over gRPC."""
         if not self._use_produce_port:
@@ -256,13 +266,8 @@ class NodeClient:
         if not host or "/" in host:  # not HOST:PORT (a resolver URI): stay on gRPC
             return None
         if self._produce_port is None:
-            describe = self._channel.unary_unary(
-                _INFO + "Describe",
-                request_serializer=lambda m: m.SerializeToString(),
-                response_deserializer=wire_pb2.DescribeNodeResponse.FromString,
-            )
             try:
-                self._produce_port = (await describe(wire_pb2.DescribeNodeRequest())).produce_port
+                self._produce_port = (await self.describe()).produce_port
             except grpc.RpcError as exc:
                 if exc.code() == grpc.StatusCode.UNIMPLEMENTED:  # an older node: gRPC only
                     self._produce_port = 0

@@ -23,7 +23,6 @@ from streamwal.errors import Code, InvalidArgument, StreamingError
 from streamwal.grpc_errors import from_trailing
 from streamwal.node.local import LocalNode
 from streamwal.proto import streaming_pb2 as pb
-from streamwal.proto import wire_pb2
 from streamwal.transport import make_channel
 from tests.node.helpers import HANDLER, read_data
 
@@ -378,12 +377,7 @@ async def test_spoofed_node_properties_are_overwritten_on_delivery(
 
 async def _port_exchange(client: NodeClient, data: bytes, close_write: bool = False):
     """Send raw bytes to the produce port; every frame that comes back until it closes."""
-    describe = client._channel.unary_unary(
-        "/streamwal.wire.StreamingNodeInfoService/Describe",
-        request_serializer=lambda m: m.SerializeToString(),
-        response_deserializer=wire_pb2.DescribeNodeResponse.FromString,
-    )
-    info = await describe(wire_pb2.DescribeNodeRequest())
+    info = await client.describe()
     reader, writer = await asyncio.open_connection("127.0.0.1", info.produce_port)
     frames = []
     try:

@@ -16,19 +16,7 @@ from streamwal.client.node_client import NodeClient
 from streamwal.client.policy import DeliverPolicy
 from streamwal.errors import UnmatchedChannelTerm
 from streamwal.node.local import LocalNode
-from streamwal.proto import wire_pb2
 from tests.node.helpers import read_data
-
-INFO = "/streamwal.wire.StreamingNodeInfoService/Describe"
-
-
-async def _describe(client: NodeClient) -> wire_pb2.DescribeNodeResponse:
-    call = client._channel.unary_unary(
-        INFO,
-        request_serializer=lambda m: m.SerializeToString(),
-        response_deserializer=wire_pb2.DescribeNodeResponse.FromString,
-    )
-    return await call(wire_pb2.DescribeNodeRequest())
 
 
 def _on_port(producer) -> bool:
@@ -36,7 +24,7 @@ def _on_port(producer) -> bool:
 
 
 async def test_producers_use_the_port_the_node_describes(node: LocalNode, client, pchannel) -> None:
-    info = await _describe(client)
+    info = await client.describe()
     assert info.server_id == node.node_id and info.produce_port > 0
     await client.assign(pchannel, 1)
     producer = await client.producer(pchannel, 1)
@@ -88,7 +76,7 @@ async def test_stale_term_on_the_port_is_the_same_typed_error(client, pchannel) 
 async def test_port_off_keeps_producers_on_grpc(start_node, pchannel) -> None:
     node = start_node("off", "--produce-listen", "off")
     async with NodeClient(node.address) as client:
-        assert (await _describe(client)).produce_port == 0
+        assert (await client.describe()).produce_port == 0
         await client.assign(pchannel, 1)
         producer = await client.producer(pchannel, 1)
         assert not _on_port(producer)
@@ -113,12 +101,12 @@ async def test_a_restarted_node_on_a_new_port_is_found_again(node: LocalNode, pc
         await client.assign(pchannel, 1)
         producer = await client.producer(pchannel, 1)
         await producer.send(b"before")
-        old_port = (await _describe(client)).produce_port
+        old_port = (await client.describe()).produce_port
         node.kill()
         node.start(timeout=60)
         await client.wait_ready(30)
         await client.assign(pchannel, 1)  # a restarted node waits to be assigned again
-        assert (await _describe(client)).produce_port != old_port
+        assert (await client.describe()).produce_port != old_port
         await producer.abandon()
         # The cached port is gone: this producer falls back to gRPC and forgets it ...
         fallback = await client.producer(pchannel, 1)
