@@ -27,6 +27,7 @@ from streamwal.node import records
 _U64 = struct.Struct(">Q")
 _MAX_KEY = b"\xff" * 8
 _PREWARM_PREFIX = b"\xfewal-prewarm\0"  # no log, meta or state key starts with 0xfe
+_UNSYNCED = WriteOptions()
 
 
 def log_prefix(name: str) -> bytes:
@@ -143,14 +144,17 @@ class LogStore:
         0.51-0.83 ms on a pre-warmed one (20,000 writes each, 2026-11-22). Filler written
         outside every key prefix the log uses, flushed and dropped, turns the first WAL
         into a recycled one (set_recycle_log_file_num) without leaving data behind; it
-        costs ~0.3 s once, on the first start of a node. Restarts keep recycling the WALs
+        costs ~0.5 s once, on the first start of a node. Restarts keep recycling the WALs
         they recover, so they need none of this.
         """
         chunk = b"\0" * (1 << 20)
-        for i in range(max(1, size >> 20)):
+        count = max(1, size >> 20)
+        for i in range(count):
             wb = WriteBatch(raw_mode=True)
             wb.put(_PREWARM_PREFIX + _U64.pack(i), chunk)
-            self._db.write(wb)  # not synced: the file's blocks are what counts
+            # The last write syncs the whole file: left to background writeback, its dirty
+            # pages slowed the first appends' fsyncs for half a minute.
+            self._db.write(wb, self._sync_opts if i == count - 1 else _UNSYNCED)
         self._db.flush()
         wb = WriteBatch(raw_mode=True)
         wb.delete_range(_PREWARM_PREFIX, _PREWARM_PREFIX + _MAX_KEY)
