@@ -144,7 +144,7 @@ class LogStore:
         0.51-0.83 ms on a pre-warmed one (20,000 writes each, 2026-11-22). Filler written
         outside every key prefix the log uses, flushed and dropped, turns the first WAL
         into a recycled one (set_recycle_log_file_num) without leaving data behind; it
-        costs ~0.5 s once, on the first start of a node. Restarts keep recycling the WALs
+        costs ~0.3 s once, on the first start of a node. Restarts keep recycling the WALs
         they recover, so they need none of this.
         """
         chunk = b"\0" * (1 << 20)
