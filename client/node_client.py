@@ -237,14 +237,22 @@ class NodeClient:
 
     async def producer(self, pchannel: str, term: int, **options) -> Producer:
         producer = Producer(self._channel, pchannel, term, **options)
-        where = await self._produce_address()
-        if where is not None:
+        tried = set()
+        while (where := await self._produce_address()) is not None and where not in tried:
+            tried.add(where)
             try:
                 await producer.open(where)
                 return producer
             except (OSError, TimeoutError) as exc:  # the port is gone (node restarted?)
-                log.debug("produce port unreachable, using gRPC", extra={"error": repr(exc)})
+                log.debug("produce port unreachable", extra={"error": repr(exc)})
+                self._produce_port = None  # ask again; gRPC if the node names the same port
+            except StreamingError:
+                # A restarted node listens on a new port, and its old one may now belong to
+                # another node, whose refusal is not this node's answer: ask again, and
+                # raise only if this node still names the port that refused.
                 self._produce_port = None
+                if await self._produce_address() == where:
+                    raise
         await producer.open()
         return producer
 

@@ -116,3 +116,23 @@ async def test_a_restarted_node_on_a_new_port_is_found_again(node: LocalNode, pc
         again = await client.producer(pchannel, 1)
         assert _on_port(again)
         await again.close()
+
+
+async def test_a_stale_port_now_held_by_another_node_is_not_taken_for_an_answer(
+    start_node, pchannel
+) -> None:
+    """After a restart on a new port, the old number may belong to another node; its
+    refusal (it does not serve the pchannel) must not fail the producer."""
+    a = start_node("a", node_id=1)
+    b = start_node("b", node_id=2)
+    async with NodeClient(a.address) as client, NodeClient(b.address) as other:
+        await client.assign(pchannel, 1)
+        client._produce_port = (await other.describe()).produce_port  # what a stale cache holds
+        producer = await client.producer(pchannel, 1)
+        assert _on_port(producer)
+        assert (await producer.send(b"to a")).offset == 0
+        await producer.close()
+        assert client._produce_port == (await client.describe()).produce_port
+        # A refusal by the node itself is still the caller's answer.
+        with pytest.raises(UnmatchedChannelTerm):
+            await client.producer(pchannel, 7)
