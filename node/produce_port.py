@@ -35,6 +35,13 @@ class _FrameSink:
         self._writer.write(wire.frame(wire.PRODUCE_RESPONSE, response.SerializeToString()))
         await self._writer.drain()
 
+    def write_now(self, response: pb.ProduceResponse) -> bool:
+        transport = self._writer.transport
+        if transport.is_closing() or transport.get_write_buffer_size():
+            return False  # a slow reader's backlog: `write` waits for it to drain
+        self._writer.write(wire.frame(wire.PRODUCE_RESPONSE, response.SerializeToString()))
+        return True
+
     async def abort(self, err: StreamingError) -> None:
         self._writer.write(wire.frame(wire.ERROR, err.to_proto().SerializeToString()))
         with contextlib.suppress(ConnectionError):

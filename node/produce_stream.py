@@ -39,6 +39,11 @@ class ProduceSink(Protocol):
 
     async def write(self, response: pb.ProduceResponse) -> None: ...
 
+    def write_now(self, response: pb.ProduceResponse) -> bool:
+        """Hand `response` to the transport at once if it takes it without waiting; False
+        leaves it to `write` (called from the stream's writer task)."""
+        ...
+
     async def abort(self, err: StreamingError) -> None: ...
 
 
@@ -64,6 +69,9 @@ class ProduceStream:
         self.sink = sink
         self.out: asyncio.Queue = asyncio.Queue()
         self.outstanding = 0
+        # Set once the end of the stream (close, half-close, error) is queued: from then
+        # on every answer goes through `out`, so none can overtake the end.
+        self.ending = False
         self.inflight_bytes = 0
         self.space = asyncio.Event()
 
@@ -92,7 +100,7 @@ class ProduceStream:
         try:
             async for req in self.requests:
                 if isinstance(req, Malformed):
-                    self.out.put_nowait(InvalidArgument(req.reason))
+                    self._end(InvalidArgument(req.reason))
                     return
                 kind = req.WhichOneof("request")
                 if kind == "produce_batch":
@@ -102,20 +110,37 @@ class ProduceStream:
                 elif kind == "txn":
                     txn_ops.handle(self, req.txn)
                 elif kind == "close":
-                    self.out.put_nowait(True)
+                    self._end(True)
                     return
                 else:
-                    self.out.put_nowait(InvalidArgument("empty ProduceRequest"))
+                    self._end(InvalidArgument("empty ProduceRequest"))
                     return
                 while self.inflight_bytes > self.svc.max_inflight:
                     self.space.clear()
                     await self.space.wait()
-            self.out.put_nowait(False)  # half-closed without a close request
+            self._end(False)  # half-closed without a close request
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the transport broke; nothing more to answer
             log.debug("producer stream ended", extra={"error": repr(exc)})
-            self.out.put_nowait(False)
+            self._end(False)
+
+    def _end(self, item: StreamingError | bool) -> None:
+        self.ending = True
+        self.out.put_nowait(item)
+
+    def answer(self, response: pb.ProduceResponse) -> None:
+        """Send one answer for a request counted in `outstanding`.
+
+        Written straight to the transport when nothing is queued before it: a lone
+        producer's answer then leaves in the callback that made the write durable,
+        without waking the writer task (a task switch per message, ~10 % of the node's
+        CPU per one-at-a-time send).
+        """
+        if not self.ending and self.out.empty() and self.sink.write_now(response):
+            self.outstanding -= 1
+            return
+        self.out.put_nowait(response)
 
     def _submit(
         self,
@@ -142,7 +167,7 @@ class ProduceStream:
                 flags=flags,
             )
         except StreamingError as err:
-            self.out.put_nowait(fail(err))
+            self.answer(fail(err))
             return
         except Resent as resent:
             r = resent.result
@@ -159,10 +184,10 @@ class ProduceStream:
             self.inflight_bytes -= size
             self.space.set()
             if exc is None:
-                self.out.put_nowait(respond(base, first_tick, duplicate))
+                self.answer(respond(base, first_tick, duplicate))
             else:
                 err = exc if isinstance(exc, StreamingError) else Inner(str(exc))
-                self.out.put_nowait(fail(err))
+                self.answer(fail(err))
 
         def durable(f: asyncio.Future) -> None:
             exc = f.exception()
@@ -188,7 +213,7 @@ class ProduceStream:
             count = self._check_batch(req.messages)
         except StreamingError as err:
             self.outstanding += 1
-            self.out.put_nowait(fail(err))
+            self.answer(fail(err))
             return
 
         def respond(base: int, first_tick: int, duplicate: bool) -> pb.ProduceResponse:
@@ -238,7 +263,7 @@ class ProduceStream:
         size = req.message.ByteSize()
         if size > self.svc.max_message_bytes:
             self.outstanding += 1
-            self.out.put_nowait(
+            self.answer(
                 fail(
                     InvalidArgument(
                         f"message is {size} bytes, over the {self.svc.max_message_bytes}-byte limit"

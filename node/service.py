@@ -69,6 +69,9 @@ class GrpcProduceSink:
     async def write(self, response: pb.ProduceResponse) -> None:
         await self._context.write(response)
 
+    def write_now(self, response: pb.ProduceResponse) -> bool:
+        return False  # grpc.aio writes only from a coroutine
+
     async def abort(self, err: StreamingError) -> None:
         await _abort(self._context, err)
 

@@ -53,7 +53,7 @@ def handle(stream: ProduceStream, req: pb.TxnRequest) -> None:
     except StreamingError as err:
         resp = fail(err)
     stream.outstanding += 1
-    stream.out.put_nowait(resp)
+    stream.answer(resp)
 
 
 def _begin(stream: ProduceStream, req: pb.TxnBegin, answer, now: float) -> pb.ProduceResponse:
@@ -115,7 +115,7 @@ def _commit(
             stream._submit(b"", 0, respond(0), fail, producer)
             return
         stream.outstanding += 1
-        stream.out.put_nowait(fail(err))
+        stream.answer(fail(err))
         return
     stream._submit(
         txn.body,

@@ -12,10 +12,14 @@ import asyncio
 
 import pytest
 
+from streamwal import wire
+from streamwal.client import encoding
 from streamwal.client.node_client import NodeClient
 from streamwal.client.policy import DeliverPolicy
 from streamwal.errors import UnmatchedChannelTerm
+from streamwal.ids import decode_offset
 from streamwal.node.local import LocalNode
+from streamwal.proto import streaming_pb2 as pb
 from tests.node.helpers import read_data
 
 
@@ -136,3 +140,50 @@ async def test_a_stale_port_now_held_by_another_node_is_not_taken_for_an_answer(
         # A refusal by the node itself is still the caller's answer.
         with pytest.raises(UnmatchedChannelTerm):
             await client.producer(pchannel, 7)
+
+
+async def _raw_port_stream(client: NodeClient, pchannel: str, requests: list[bytes], pause: float):
+    """A producer speaking the port's frames by hand: header, `requests`, close, each
+    frame written at once; reads nothing for `pause` seconds, then every answer."""
+    info = await client.describe()
+    reader, writer = await asyncio.open_connection("127.0.0.1", info.produce_port, limit=1 << 26)
+    header = pb.CreateProducerRequest(pchannel=pb.PChannelInfo(name=pchannel, term=1))
+    try:
+        writer.write(wire.frame(wire.CREATE_PRODUCER, header.SerializeToString()))
+        for r in [*requests, encoding.close_frame()]:
+            writer.write(wire.frame(wire.PRODUCE_REQUEST, r))
+        await writer.drain()
+        await asyncio.sleep(pause)
+        answers = []
+        while (got := await asyncio.wait_for(wire.read_frame(reader, 1 << 26), 10)) is not None:
+            kind, body = got
+            assert kind == wire.PRODUCE_RESPONSE, got
+            answers.append(pb.ProduceResponse.FromString(body))
+    finally:
+        writer.close()
+    return answers
+
+
+@pytest.mark.parametrize("payload_bytes, pause", [(16, 0.0), (64 * 1024, 0.5)])
+async def test_every_request_is_answered_once_and_the_close_last(
+    client, pchannel, payload_bytes: int, pause: float
+) -> None:
+    """An answer leaves straight from the callback of the write that made it durable, or
+    through the stream's writer task once something is queued before it (the close
+    request, read here long before 32 MiB of appends are durable). Either way each
+    request gets exactly one answer, and the close answer comes after all of them."""
+    await client.assign(pchannel, 1)
+    body = b"x" * payload_bytes
+    count = 500
+    requests = [
+        encoding.produce_batch_frame(rid, encoding.encode_entry(body), rid, 0)
+        for rid in range(1, count + 1)
+    ]
+    answers = await _raw_port_stream(client, pchannel, requests, pause)
+    kinds = [a.WhichOneof("response") for a in answers]
+    assert kinds == ["create"] + ["produce_batch"] * count + ["close"]
+    results = sorted(
+        (a.produce_batch.request_id, a.produce_batch.result.first_id.id) for a in answers[1:-1]
+    )
+    assert [rid for rid, _ in results] == list(range(1, count + 1))
+    assert [decode_offset(raw) for _, raw in results] == list(range(count))
