@@ -19,6 +19,7 @@ from grpc import aio
 
 # Frames carry batches; the per-message limit is enforced by the node itself.
 MAX_FRAME_BYTES = 256 * 1024 * 1024
+CONNECT_TIMEOUT_MS = 2000
 _OPTIONS = [
     ("grpc.max_send_message_length", MAX_FRAME_BYTES),
     ("grpc.max_receive_message_length", MAX_FRAME_BYTES),
@@ -29,8 +30,13 @@ _OPTIONS = [
     # A restarted node is back within a second or two: retry connecting at least that
     # often instead of gRPC's default backoff, which grows to two minutes.
     ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
+    # gRPC reads this one as the least time a connection attempt gets to finish its
+    # HTTP/2 handshake, not as a backoff. At 100 ms a node that stalled that long (a
+    # CPU-throttled pod, a busy 2-core machine) failed new calls with UNAVAILABLE
+    # "timed out before receiving SETTINGS frame". A refused connection still fails
+    # at once and is retried after the backoff above.
+    ("grpc.min_reconnect_backoff_ms", CONNECT_TIMEOUT_MS),
 ]
 _SERVER_OPTIONS = [
     *_OPTIONS,
