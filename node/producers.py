@@ -30,23 +30,37 @@ class BatchResult:
 class ProducerState:
     accepted: int = 0  # last sequence accepted (durable or in flight)
     results: OrderedDict[int, BatchResult] = field(default_factory=OrderedDict)
+    # Each result as persisted, packed once when accepted: the window is written with
+    # every batch, and packing all of it each time cost ~15 us per one-message batch.
+    _packed: dict[int, bytes] = field(default_factory=dict)
 
     def encode_upto(self, sequence: int) -> bytes:
         """The window as persisted with batch `sequence`: nothing after it, which may not
         be durable yet."""
-        return b"".join(
-            _ENTRY.pack(seq, r.base, r.first_tick, r.count)
-            for seq, r in self.results.items()
-            if seq <= sequence
-        )
+        if sequence >= self.accepted:
+            return b"".join(self._packed.values())
+        return b"".join(p for seq, p in self._packed.items() if seq <= sequence)
+
+    def add(self, sequence: int, result: BatchResult) -> None:
+        self.accepted = max(self.accepted, sequence)
+        self.results[sequence] = result
+        self._packed[sequence] = _ENTRY.pack(sequence, result.base, result.first_tick, result.count)
+        while len(self.results) > WINDOW:
+            oldest, _ = self.results.popitem(last=False)
+            del self._packed[oldest]
+
+    def forget(self, sequence: int) -> None:
+        """Drop a batch that never became durable, so its resend is appended for real."""
+        self.results.pop(sequence, None)
+        self._packed.pop(sequence, None)
+        self.accepted = min(self.accepted, sequence - 1)
 
     @staticmethod
     def decode(raw: bytes) -> ProducerState:
         state = ProducerState()
         for off in range(0, len(raw), _ENTRY.size):
             seq, base, tick, count = _ENTRY.unpack_from(raw, off)
-            state.results[seq] = BatchResult(base, tick, count)
-            state.accepted = max(state.accepted, seq)
+            state.add(seq, BatchResult(base, tick, count))
         return state
 
 
@@ -84,10 +98,3 @@ def check_sequence(state: ProducerState | None, sequence: int, producer_id: str)
         f"producer {producer_id!r} batch {sequence} was appended long ago "
         f"(last {state.accepted}); its result is no longer kept"
     )
-
-
-def record_accepted(state: ProducerState, sequence: int, result: BatchResult) -> None:
-    state.accepted = sequence
-    state.results[sequence] = result
-    while len(state.results) > WINDOW:
-        state.results.popitem(last=False)

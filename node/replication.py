@@ -149,7 +149,6 @@ class Replication:
             ch.commit = new
             role.release(new)
             ch.notify()
-            self.wal.metrics.commit_offset.labels(ch.name).set(new)
 
     def wait_commit(self, ch: Channel, term: int, end: int) -> asyncio.Future:
         """Resolves once offsets below `end` are committed under `term`; fails if the
@@ -178,7 +177,6 @@ class Replication:
         role = ch.replica
         m.role.labels(ch.name, "leader").set(int(isinstance(role, LeaderRole)))
         m.role.labels(ch.name, "follower").set(int(isinstance(role, FollowerRole)))
-        m.commit_offset.labels(ch.name).set(ch.known_commit)
         if isinstance(role, LeaderRole):
             for p in role.progress.values():
                 m.replica_acked.labels(ch.name, str(p.node_id)).set(p.acked)
@@ -339,7 +337,6 @@ class Replication:
                 changed = True
             commit = max(commit, e.commit_offset)
         ch.commit = min(commit, ch.committed_next)
-        self.wal.metrics.commit_offset.labels(ch.name).set(ch.commit)
         if not changed:
             return False
         store.put_size(wb, ch.name, ch.size_bytes)
@@ -347,7 +344,6 @@ class Replication:
         write = asyncio.get_running_loop().run_in_executor(None, store.write_synced, wb)
         role.writing = write  # a Fence waits for it: the log end it reports must be on disk
         await asyncio.shield(write)
-        self.wal.publish_gauges(ch)
         return True
 
 

@@ -24,13 +24,12 @@ from streamwal.node.divergence import cut_history, extend_history, log_divergenc
 from streamwal.node.fencing import AssignOutcome, check_access, decide_assign, decide_remove
 from streamwal.node.group_commit import GroupCommitter
 from streamwal.node.log_store import ChannelMeta, LogStore, log_key
-from streamwal.node.metrics import NodeMetrics
+from streamwal.node.metrics import ChannelState, NodeMetrics
 from streamwal.node.producers import (
     BatchResult,
     Duplicate,
     ProducerState,
     check_sequence,
-    record_accepted,
     window_below,
 )
 from streamwal.node.replica import LeaderRole
@@ -116,6 +115,7 @@ class Wal:
         # node bookkeeping held in records (consumer-group cursors) can be appended again
         # first: the retained log must always hold it for a node that catches up from it.
         self.before_cut: Callable[[Channel, int], Awaitable[None]] | None = None
+        metrics.watch_channels(self._channel_states)
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -127,7 +127,6 @@ class Wal:
                 continue
             ch = Channel(name, meta, self.store.tail(name), self.store.load_commit(name))
             self.channels[name] = ch
-            self.publish_gauges(ch)
 
     def start(self) -> None:
         self._committer.start()
@@ -219,7 +218,6 @@ class Wal:
         if self.replication.configure(ch, replica_set):
             self._tick(ch)
         ch.notify()  # consumers under the old term see the fence move
-        self.publish_gauges(ch)
         log.info(
             "assigned",
             extra={
@@ -271,7 +269,6 @@ class Wal:
                 None, self.store.save_meta, name, ch.meta
             )
             await self._drain(ch)
-            self.publish_gauges(ch)
             log.info("fenced", extra={"pchannel": name, "term": term})
         return ch.last_term, ch.committed_next, ch.known_commit
 
@@ -331,7 +328,7 @@ class Wal:
         if rec.producer is not None:
             pid, seq = rec.producer
             state = self._producer_state(ch, pid)
-            record_accepted(state, seq, BatchResult(base, rec.first_tick, rec.count))
+            state.add(seq, BatchResult(base, rec.first_tick, rec.count))
             self.store.put_producer(wb, ch.name, pid, state.encode_upto(seq))
         if ch.next_offset == 0 and not ch.size_bytes:
             ch.first_offset = base
@@ -424,7 +421,7 @@ class Wal:
         if not flags & records.INTERNAL_FLAGS:  # cursor records must not hold back ticks
             ch.last_append_ms = time.monotonic() * 1000
         if producer is not None and state is not None:
-            record_accepted(state, producer[1], BatchResult(base, first_tick, count))
+            state.add(producer[1], BatchResult(base, first_tick, count))
             ch.inflight[producer] = future
         self._committer.submit(
             _Append(ch, base, first_tick, count, value, time.perf_counter(), future, producer)
@@ -473,8 +470,9 @@ class Wal:
             if isinstance(item, _Append):
                 ch.committed(item.base, item.count, item.value)
                 ch.last_term = ch.term
-                m.appended_messages.labels(ch.name).inc(item.count)
-                m.appended_bytes.labels(ch.name).inc(len(item.value))
+                messages, size = m.appended(ch.name)
+                messages.inc(item.count)
+                size.inc(len(item.value))
                 m.append_latency.observe(now - item.accepted_at)
                 if item.producer is not None:
                     ch.inflight.pop(item.producer, None)
@@ -491,7 +489,6 @@ class Wal:
             if isinstance(ch.replica, LeaderRole):
                 self.replication.advance(ch)
             ch.notify()
-            self.publish_gauges(ch)
 
     def _failed(self, group: list, exc: BaseException) -> None:
         log.error("write failed", extra={"error": repr(exc), "items": len(group)})
@@ -506,19 +503,18 @@ class Wal:
                 ch.inflight.pop(item.producer, None)
                 state = ch.producer_states.get(pid)
                 if state is not None:
-                    state.results.pop(seq, None)
-                    state.accepted = min(state.accepted, seq - 1)
+                    state.forget(seq)
             if not item.future.done():
                 item.future.set_exception(err)
         for ch in touched.values():
             ch.rewind_uncommitted()
             ch.notify()
 
-    def publish_gauges(self, ch: Channel) -> None:
-        m = self.metrics
-        m.term.labels(ch.name).set(ch.term)
-        m.log_size.labels(ch.name).set(ch.size_bytes)
-        m.next_offset.labels(ch.name).set(ch.committed_next)
+    def _channel_states(self) -> list[ChannelState]:
+        return [
+            ChannelState(ch.name, ch.term, ch.size_bytes, ch.committed_next, ch.known_commit)
+            for ch in list(self.channels.values())
+        ]
 
     # -- reads -------------------------------------------------------------------------
 

@@ -19,7 +19,6 @@ from streamwal.node.producers import (
     Duplicate,
     ProducerState,
     check_sequence,
-    record_accepted,
 )
 from streamwal.proto import streaming_pb2 as pb
 from tests.node.helpers import read_data
@@ -30,14 +29,14 @@ from tests.node.helpers import read_data
 def test_new_producer_may_start_anywhere_and_gaps_are_allowed() -> None:
     check_sequence(None, 57, "p")
     state = ProducerState()
-    record_accepted(state, 3, BatchResult(10, 100, 2))
+    state.add(3, BatchResult(10, 100, 2))
     check_sequence(state, 5, "p")  # 4 was rejected by validation: not an error
 
 
 def test_resent_sequences_are_answered_or_refused() -> None:
     state = ProducerState()
     for seq in range(1, WINDOW + 6):
-        record_accepted(state, seq, BatchResult(seq * 10, seq * 100, 1))
+        state.add(seq, BatchResult(seq * 10, seq * 100, 1))
     with pytest.raises(Duplicate) as dup:
         check_sequence(state, WINDOW + 5, "p")
     assert dup.value.result == BatchResult((WINDOW + 5) * 10, (WINDOW + 5) * 100, 1)
@@ -49,9 +48,20 @@ def test_resent_sequences_are_answered_or_refused() -> None:
 def test_window_persists_only_what_is_durable() -> None:
     state = ProducerState()
     for seq in (1, 2, 3):
-        record_accepted(state, seq, BatchResult(seq, seq, 1))
+        state.add(seq, BatchResult(seq, seq, 1))
     restored = ProducerState.decode(state.encode_upto(2))
     assert restored.accepted == 2 and list(restored.results) == [1, 2]
+
+
+def test_the_persisted_window_follows_evictions_and_failed_writes() -> None:
+    state = ProducerState()
+    for seq in range(1, WINDOW + 9):
+        state.add(seq, BatchResult(seq * 10, seq * 100, seq % 3 + 1))
+    state.forget(WINDOW + 8)  # its write failed: the resend must be appended again
+    restored = ProducerState.decode(state.encode_upto(WINDOW + 8))
+    assert list(restored.results) == list(range(9, WINDOW + 8))
+    assert restored.results == state.results and restored.accepted == WINDOW + 7
+    check_sequence(state, WINDOW + 8, "p")  # no Duplicate: it is appended for real
 
 
 # -- real node -----------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import pytest
 
 from streamwal.node import replication_rules as rules
 from streamwal.node.divergence import cut_history, extend_history, term_at
-from streamwal.node.producers import BatchResult, ProducerState, record_accepted, window_below
+from streamwal.node.producers import BatchResult, ProducerState, window_below
 from streamwal.proto import streaming_pb2 as pb
 
 
@@ -79,7 +79,7 @@ def test_follower_accepts_only_its_leader_term_in_order() -> None:
 def test_a_cut_keeps_the_producer_results_below_it() -> None:
     state = ProducerState()
     for seq, base in ((1, 0), (2, 10), (3, 20)):
-        record_accepted(state, seq, BatchResult(base, 100 + base, 10))
+        state.add(seq, BatchResult(base, 100 + base, 10))
     kept = ProducerState.decode(window_below(state.encode_upto(3), 20))
     assert kept.accepted == 2 and list(kept.results) == [1, 2]
     assert window_below(state.encode_upto(3), 0) == b""
