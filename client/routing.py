@@ -214,16 +214,22 @@ class RoutedProducer:
         await self.close()
 
     async def _ready(self) -> Producer:
+        """The producer to send on; during a failover, waits until the supervisor has
+        handed the pending sends to the new one.
+
+        Waiters queue on one Event, which wakes them in the order they came, so sends keep
+        their order across a failover. (Polling here instead let a send that arrived
+        before the supervisor noticed the break be overtaken by later ones.)
+        """
         while True:
             if self._error is not None:
                 raise self._error
             inner = self._inner
             if inner is not None and self._settled.is_set() and not inner.broken.is_set():
                 return inner
-            if self._settled.is_set():
-                await asyncio.sleep(0.001)  # broken: the supervisor is about to take over
-            else:
-                await self._settled.wait()
+            if inner is not None and inner.broken.is_set():
+                self._settled.clear()  # the supervisor takes over and sets it again
+            await self._settled.wait()
 
     async def _tracked(self, coro):
         self._outstanding += 1
@@ -329,6 +335,8 @@ class RoutedProducer:
         with suppress(TimeoutError):
             await asyncio.wait_for(self._idle.wait(), self.router.failover_timeout * 2)
         self._closing = True
+        self._error = self._error or Unavailable(f"producer of {self.pchannel!r} closed")
+        self._settled.set()  # a send still waiting for a failover gets that error
         if self._watch is not None:
             self._watch.cancel()
             with suppress(asyncio.CancelledError):
