@@ -366,6 +366,31 @@ class _TxnOp(_Batch):
         return pb.ProduceRequest(txn=self.request).SerializeToString()
 
 
+class _Slots:
+    """Frames in flight on one stream, at most `limit`: one is taken before a frame is
+    written and given back when it is answered or failed. Unlike a Semaphore it can be
+    taken without awaiting, which the direct write of a lone send needs."""
+
+    def __init__(self, limit: int) -> None:
+        self._free = limit
+        self._freed = asyncio.Event()
+
+    def try_take(self) -> bool:
+        if self._free <= 0:
+            return False
+        self._free -= 1
+        return True
+
+    async def take(self) -> None:
+        while not self.try_take():
+            self._freed.clear()
+            await self._freed.wait()
+
+    def give(self) -> None:
+        self._free += 1
+        self._freed.set()
+
+
 class Producer:
     """Appends to one pchannel under one term; see the module docstring for batching.
 
@@ -401,7 +426,7 @@ class Producer:
         self._channel = channel
         self._max_bytes = max_batch_bytes
         self._max_messages = max_batch_messages
-        self._slots = asyncio.Semaphore(max_in_flight)
+        self._slots = _Slots(max_in_flight)
         self._resendable = resendable
         self._ids = itertools.count(1)
         self._next_sequence = 1
@@ -412,6 +437,8 @@ class Producer:
         self._error: StreamingError | None = None
         self.broken = asyncio.Event()  # set when the stream fails
         self._call = None
+        self._writing = False  # the sender task awaits a write (the transport is busy)
+        self._direct = False  # on the produce port, whose frames a send may write itself
         self._reader: asyncio.Task | None = None
         self._sender: asyncio.Task | None = None
         self._queue: asyncio.Queue[_Batch] = asyncio.Queue()
@@ -431,6 +458,7 @@ class Producer:
             self._call, first = await _open_stream(
                 self._channel, "Produce", header, pb.ProduceResponse, lambda raw: raw
             )
+        self._direct = isinstance(self._call, WireProduceCall)
         self.last_sequence = first.create.last_sequence
         self._next_sequence = max(self._next_sequence, self.last_sequence + 1)
         self._reader = asyncio.ensure_future(self._read())
@@ -505,6 +533,13 @@ class Producer:
         self._raise_if_failed()
         entry = encoding.encode_entry(payload, self._props(vchannel, msg_type, properties))
         batch = self._open_batch
+        if batch is None and self._can_write_now():
+            batch = _Batch()
+            batch.entries.append(entry)
+            batch.size = len(entry)
+            batch.count = 1
+            self._call.write_now(self._dispatch(batch))
+            return AppendResult(*await batch.future)  # its only message: no shield needed
         if (
             batch is None
             or batch.size + len(entry) > self._max_bytes
@@ -560,34 +595,57 @@ class Producer:
         if self._error is not None and not self._resendable:
             raise self._error
 
+    def _can_write_now(self) -> bool:
+        """Whether a send may write its frame itself instead of handing it to the sender
+        task: on the produce port, with nothing in flight, queued or being written (so
+        sends that come together still share a frame), and with the transport idle.
+        Waking the sender task and then the caller cost a one-at-a-time producer two
+        event-loop turns per message."""
+        return (
+            self._direct
+            and self._error is None
+            and not self._waiting
+            and self._holding is None
+            and not self._writing
+            and self._queue.empty()
+            and self._call.can_write_now()
+            and self._slots.try_take()
+        )
+
+    def _dispatch(self, batch: _Batch) -> bytes:
+        """Number `batch`, wait for its answer under a new request id, and frame it."""
+        is_txn = isinstance(batch, _TxnOp)
+        if not batch.sequence and (not is_txn or batch.commit):
+            batch.sequence = self._next_sequence
+            self._next_sequence += 1
+        rid = next(self._ids)
+        self._waiting[rid] = batch
+        if is_txn:
+            return batch.frame(rid)
+        return encoding.produce_batch_frame(
+            rid, b"".join(batch.entries), batch.sequence, batch.barrier
+        )
+
     async def _send_loop(self) -> None:
         try:
             while True:
                 batch = self._holding = await self._queue.get()
-                await self._slots.acquire()
+                await self._slots.take()
                 self._holding = None
                 if batch is self._open_batch:
                     self._open_batch = None  # later sends start a new batch
                 if self._error is not None:  # the stream broke while this batch waited
-                    self._slots.release()
+                    self._slots.give()
                     if self._resendable:
                         self._queue.put_nowait(batch)  # left for detach_unacknowledged
                         return
                     _fail_batch(batch, self._error)
                     continue
-                is_txn = isinstance(batch, _TxnOp)
-                if not batch.sequence and (not is_txn or batch.commit):
-                    batch.sequence = self._next_sequence
-                    self._next_sequence += 1
-                rid = next(self._ids)
-                self._waiting[rid] = batch
-                if is_txn:
-                    frame = batch.frame(rid)
-                else:
-                    frame = encoding.produce_batch_frame(
-                        rid, b"".join(batch.entries), batch.sequence, batch.barrier
-                    )
-                await self._call.write(frame)
+                self._writing = True
+                try:
+                    await self._call.write(self._dispatch(batch))
+                finally:
+                    self._writing = False
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -605,7 +663,7 @@ class Producer:
                 if kind == "produce_batch":
                     r = resp.produce_batch
                     batch = self._waiting.pop(r.request_id, None)
-                    self._slots.release()
+                    self._slots.give()
                     if batch is None or batch.future.done():
                         continue
                     if r.WhichOneof("response") == "error":
@@ -633,7 +691,7 @@ class Producer:
 
     def _txn_answered(self, r: pb.TxnResponse) -> None:
         op = self._waiting.pop(r.request_id, None)
-        self._slots.release()
+        self._slots.give()
         if op is None or op.future.done():
             return
         if r.WhichOneof("response") != "error":
@@ -653,7 +711,7 @@ class Producer:
         if self._resendable:
             return  # the owner detaches the pending batches and resends them elsewhere
         for batch in self._waiting.values():
-            self._slots.release()
+            self._slots.give()
             _fail_batch(batch, err)
         self._waiting.clear()
         while not self._queue.empty():

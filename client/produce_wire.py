@@ -30,6 +30,15 @@ class WireProduceCall:
         self._writer.write(wire.frame(wire.PRODUCE_REQUEST, request))
         await self._writer.drain()
 
+    def can_write_now(self) -> bool:
+        """Whether a frame written now goes out at once (nothing buffered before it)."""
+        transport = self._writer.transport
+        return not transport.is_closing() and not transport.get_write_buffer_size()
+
+    def write_now(self, request: bytes) -> None:
+        """Send one serialized ProduceRequest without waiting (see `can_write_now`)."""
+        self._writer.write(wire.frame(wire.PRODUCE_REQUEST, request))
+
     async def read(self) -> pb.ProduceResponse:
         """The next answer, or aio.EOF once the node closed the stream."""
         try:
