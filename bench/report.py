@@ -31,6 +31,7 @@ def ceiling_entry(noop: dict, rocks: dict[str, dict]) -> dict:
         "produce_p50_ms": noop["produce_p50_ms"],
         "produce_p99_ms": noop["produce_p99_ms"],
         "produce_p999_ms": noop["produce_p999_ms"],
+        "produce_p99_worst_ms": noop["produce_p99_worst_ms"],
         "consume_msgs_per_s": min(
             noop["consume_msgs_per_s"], rocks[f"read_record_{small}B"]["msgs_per_s"]
         ),
@@ -75,6 +76,7 @@ def table(systems: dict[str, dict], sizes: tuple[int, ...], producers: tuple[int
         "p50 ms",
         "p99 ms",
         "p999 ms",
+        "p99 worst",
         "catch-up",
         "e2e p50",
         "e2e p99",
@@ -92,6 +94,7 @@ def table(systems: dict[str, dict], sizes: tuple[int, ...], producers: tuple[int
                 f"{e['produce_p50_ms']:.2f}",
                 f"{e['produce_p99_ms']:.2f}",
                 f"{e['produce_p999_ms']:.2f}",
+                f"{e['produce_p99_worst_ms']:.2f}" if "produce_p99_worst_ms" in e else "-",
                 _k(e["consume_msgs_per_s"]),
                 f"{e['e2e_p50_ms']:.2f}",
                 f"{e['e2e_p99_ms']:.2f}",

@@ -6,13 +6,14 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from streamwal.bench import stats
 from streamwal.bench import workloads as wl
 from streamwal.bench.workloads import Plan, System
 
 
 def steps(plan: Plan) -> int:
-    """Progress steps per system: produce runs, latency, load, catch-up, e2e."""
-    return len(plan.payload_sizes) * len(plan.producer_counts) + 4
+    """Progress steps per system: produce runs, latency rounds, load, catch-up, e2e."""
+    return len(plan.payload_sizes) * len(plan.producer_counts) + plan.latency_rounds + 3
 
 
 def produce_key(size: int, producers: int) -> str:
@@ -46,10 +47,13 @@ async def _workloads(system: System, plan: Plan, tick: Callable[[str], None]) ->
             await system.drop_stream(stream)
             tick(f"{system.name} produce {key}")
 
-    stream = await _fresh(system, "latency")
-    latency = await wl.produce_latency(system, stream, plan)
-    await system.drop_stream(stream)
-    tick(f"{system.name} produce latency")
+    rounds = []
+    for k in range(1, plan.latency_rounds + 1):
+        stream = await _fresh(system, f"latency-{k}")
+        rounds.append(await wl.produce_latency(system, stream, plan))
+        await system.drop_stream(stream)
+        tick(f"{system.name} produce latency {k}/{plan.latency_rounds}")
+    latency = stats.rounds_summary(rounds)
 
     stream = await _fresh(system, "catchup")
     loaded = await wl.load(system, stream, plan.consume_count, plan.load_seconds)
@@ -76,6 +80,7 @@ def summarize(
         "produce_p50_ms": latency["p50_ms"],
         "produce_p99_ms": latency["p99_ms"],
         "produce_p999_ms": latency["p999_ms"],
+        "produce_p99_worst_ms": latency["p99_worst_ms"],
         "consume_msgs_per_s": consume["msgs_per_s"],
         "e2e_p50_ms": e2e["p50_ms"],
         "e2e_p99_ms": e2e["p99_ms"],

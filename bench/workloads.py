@@ -69,6 +69,7 @@ class Plan:
     window: int = 2  # produce batches in flight per producer
     latency_rate: float = 1000.0  # open-loop produce rate, messages/s
     latency_seconds: float = 5.0
+    latency_rounds: int = 1  # the first right after the produce runs (stats.rounds_summary)
     consume_count: int = 1_000_000
     load_seconds: float = 90.0  # cap on preparing the catch-up stream
     consume_seconds: float = 60.0
@@ -80,11 +81,12 @@ class Plan:
     @staticmethod
     def named(name: str) -> Plan:
         if name == "full":
-            # Worst case (every cap hit) ~100 s per system, ~9 min for five; typical ~6 min.
+            # Worst case (every cap hit) ~115 s per system, ~9.5 min for five; typical ~6 min.
             return Plan(
                 produce_count=300_000,
                 produce_seconds=5.0,
                 latency_seconds=8.0,
+                latency_rounds=3,
                 load_seconds=40.0,
                 consume_seconds=30.0,
                 e2e_seconds=5.0,

@@ -26,6 +26,23 @@ def test_latency_summary_is_in_milliseconds_and_order_free():
     assert summary["max_ms"] == pytest.approx(3.0)
 
 
+def test_rounds_give_the_median_round_and_keep_the_worst():
+    def round_(p99: float) -> dict:
+        return {"rate_per_s": 1000.0, "count": 8000, "p50_ms": 0.4, "p99_ms": p99,
+                "p999_ms": p99 * 2, "max_ms": p99 * 3}  # fmt: skip
+
+    rounds = [round_(16.5), round_(1.4), round_(1.6)]  # one stalled, right after a burst
+    summary = stats.rounds_summary(rounds)
+    assert summary["p99_ms"] == 1.6 and summary["p999_ms"] == 3.2
+    assert summary["p99_worst_ms"] == 16.5 and summary["max_ms"] == pytest.approx(49.5)
+    assert summary["count"] == 24000 and summary["rate_per_s"] == 1000.0
+    assert summary["rounds"] == rounds
+    one = stats.rounds_summary(rounds[:1])
+    assert one["p99_ms"] == one["p99_worst_ms"] == 16.5
+    with pytest.raises(ValueError):
+        stats.rounds_summary([])
+
+
 @pytest.mark.parametrize("bad", [[], None])
 def test_no_samples_is_an_error_not_a_zero(bad):
     with pytest.raises((ValueError, TypeError)):
@@ -60,6 +77,7 @@ def _entry(produce: float, consume: float, p99: float) -> dict:
         "produce_p50_ms": 1.0,
         "produce_p99_ms": p99,
         "produce_p999_ms": p99 * 2,
+        "produce_p99_worst_ms": p99 * 3,
         "consume_msgs_per_s": consume,
         "e2e_p50_ms": 1.0,
         "e2e_p99_ms": 2.0,
@@ -80,6 +98,7 @@ def test_ceiling_takes_the_tighter_half_per_workload():
     assert c["produce"]["128B_x4"]["msgs_per_s"] == 100_000
     assert c["produce_msgs_per_s"] == 100_000
     assert c["consume_msgs_per_s"] == 500_000
+    assert c["produce_p99_ms"] == 1.0 and c["produce_p99_worst_ms"] == 3.0
 
 
 def test_ratios_say_how_streamwal_compares():
