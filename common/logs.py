@@ -32,6 +32,31 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
+class ClientGoneFilter(logging.Filter):
+    """grpc.aio logs a traceback at ERROR when a streaming handler returns after its
+    client has gone (cancelled or disconnected): sending the call's final status then
+    fails in gRPC's core. Nothing is lost, as nobody is left to receive it. It becomes
+    one DEBUG line, so a node's log shows a traceback only for a real fault.
+    """
+
+    def __init__(self, level: int) -> None:
+        super().__init__()
+        self.level = level  # the configured level: below it the DEBUG line is dropped
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if (
+            type(exc).__name__ == "ExecuteBatchError"
+            and str(record.msg).startswith("ExecuteBatchError raised in core")
+            and str(exc).count("Operation object") == 1
+            and "SendStatusFromServerOperation" in str(exc)
+        ):
+            record.msg = f"the client left before the final status was sent ({record.msg})"
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            record.exc_info, record.exc_text = None, None
+        return record.levelno >= self.level
+
+
 def configure(level: str | None = None, fmt: str | None = None) -> None:
     """Set up the root logger once per process, from arguments or the environment."""
     level = (level or os.environ.get("STREAMWAL_LOG_LEVEL", "info")).upper()
@@ -41,6 +66,7 @@ def configure(level: str | None = None, fmt: str | None = None) -> None:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     else:
         handler.setFormatter(JsonFormatter())
+    handler.addFilter(ClientGoneFilter(logging.getLevelName(level)))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
