@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+from collections import OrderedDict
 from collections.abc import Coroutine
 from typing import Any
 
@@ -45,8 +46,9 @@ class Channel:
         self.producers = 0
         self.consumers = 0
         self.consumer_positions: dict[int, int] = {}
-        # idempotent producers: id -> state, and batches accepted but not yet durable
-        self.producer_states: dict[str, ProducerState] = {}
+        # idempotent producers: id -> state (least recently used first), and batches
+        # accepted but not yet durable
+        self.producer_states: OrderedDict[str, ProducerState] = OrderedDict()
         self.inflight: dict[tuple[str, int], asyncio.Future] = {}
         self._changed = asyncio.Event()
         self._tail = _TailCache()

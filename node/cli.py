@@ -54,6 +54,13 @@ from streamwal.units import parse_duration_ms, parse_size
     help="How often retention bounds are applied.",
 )
 @click.option(
+    "--producer-idle",
+    default="10m",
+    show_default=True,
+    help="An idempotent producer's state leaves memory after this long unused (checked "
+    "with retention); its window stays on disk and is read again if it returns.",
+)
+@click.option(
     "--txn-keepalive",
     default="10s",
     show_default=True,
@@ -90,6 +97,7 @@ def node(
     retention_age: str,
     retention_size: str,
     retention_check_interval: str,
+    producer_idle: str,
     txn_keepalive: str,
     txn_max_bytes: str,
     txn_max_open: int,
@@ -113,6 +121,7 @@ def node(
         default_retention_age_ms=parse_duration_ms(retention_age),
         default_retention_bytes=parse_size(retention_size),
         retention_check_interval_s=parse_duration_ms(retention_check_interval) / 1000,
+        producer_idle_s=parse_duration_ms(producer_idle) / 1000,
         txn_keepalive_s=parse_duration_ms(txn_keepalive) / 1000,
         txn_max_bytes=parse_size(txn_max_bytes),
         txn_max_open=txn_max_open,

@@ -20,6 +20,9 @@ class NodeConfig:
     max_message_bytes: int = 4 * 1024 * 1024
     time_tick_interval_s: float = 0.2
     retention_check_interval_s: float = 5.0
+    # An idempotent producer's state leaves memory after this long unused (its window
+    # stays in RocksDB and is read again if the producer returns).
+    producer_idle_s: float = 600.0
     default_retention_age_ms: int = 0
     default_retention_bytes: int = 0
     # A producer stream stops reading requests while this many bytes await their ack.

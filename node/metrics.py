@@ -103,6 +103,7 @@ class ChannelState(NamedTuple):
     log_size_bytes: int
     log_end_offset: int
     commit_offset: int
+    producer_states: int
 
 
 _STATE_GAUGES = (
@@ -112,6 +113,10 @@ _STATE_GAUGES = (
     (
         "streamwal_commit_offset",
         "Offsets below are committed (stored on a quorum of replicas) and visible",
+    ),
+    (
+        "streamwal_producer_states",
+        "Idempotent producers whose state is held in memory (idle ones are dropped)",
     ),
 )
 

@@ -30,6 +30,7 @@ class BatchResult:
 class ProducerState:
     accepted: int = 0  # last sequence accepted (durable or in flight)
     results: OrderedDict[int, BatchResult] = field(default_factory=OrderedDict)
+    last_used: float = 0.0  # time.monotonic() of the last append or lookup
     # Each result as persisted, packed once when accepted: the window is written with
     # every batch, and packing all of it each time cost ~15 us per one-message batch.
     _packed: dict[int, bytes] = field(default_factory=dict)
@@ -62,6 +63,24 @@ class ProducerState:
             seq, base, tick, count = _ENTRY.unpack_from(raw, off)
             state.add(seq, BatchResult(base, tick, count))
         return state
+
+
+def idle_producers(
+    states: OrderedDict[str, ProducerState], now: float, idle_s: float, busy: set[str]
+) -> list[str]:
+    """Producers whose state may leave memory: unused for `idle_s`, nothing in flight.
+
+    `states` is kept in order of use (least recent first), so the scan stops at the
+    first producer used recently: the cost is the number evicted, not the number held.
+    Their windows stay in RocksDB and are read again if the producer comes back.
+    """
+    out = []
+    for producer_id, state in states.items():
+        if now - state.last_used < idle_s:
+            break
+        if producer_id not in busy:
+            out.append(producer_id)
+    return out
 
 
 def window_below(raw: bytes, offset: int) -> bytes:

@@ -30,6 +30,7 @@ from streamwal.node.producers import (
     Duplicate,
     ProducerState,
     check_sequence,
+    idle_producers,
     window_below,
 )
 from streamwal.node.replica import LeaderRole
@@ -434,7 +435,19 @@ class Wal:
             raw = self.store.load_producer(ch.name, producer_id)
             state = ProducerState.decode(raw) if raw else ProducerState()
             ch.producer_states[producer_id] = state
+        else:
+            ch.producer_states.move_to_end(producer_id)
+        state.last_used = time.monotonic()
         return state
+
+    def evict_idle_producers(self, ch: Channel) -> None:
+        """Drop idle producers' state from memory; a producer per Spark task or batch
+        would otherwise grow a long-lived node without bound."""
+        busy = {producer_id for producer_id, _ in ch.inflight}
+        for producer_id in idle_producers(
+            ch.producer_states, time.monotonic(), self.config.producer_idle_s, busy
+        ):
+            del ch.producer_states[producer_id]
 
     def last_sequence(self, ch: Channel, producer_id: str) -> int:
         return self._producer_state(ch, producer_id).accepted
@@ -512,7 +525,14 @@ class Wal:
 
     def _channel_states(self) -> list[ChannelState]:
         return [
-            ChannelState(ch.name, ch.term, ch.size_bytes, ch.committed_next, ch.known_commit)
+            ChannelState(
+                ch.name,
+                ch.term,
+                ch.size_bytes,
+                ch.committed_next,
+                ch.known_commit,
+                len(ch.producer_states),
+            )
             for ch in list(self.channels.values())
         ]
 
@@ -564,6 +584,7 @@ class Wal:
         while True:
             await asyncio.sleep(self.config.retention_check_interval_s)
             for ch in list(self.channels.values()):
+                self.evict_idle_producers(ch)
                 await self.apply_retention(ch)
 
     async def apply_retention(self, ch: Channel) -> None:

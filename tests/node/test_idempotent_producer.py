@@ -4,6 +4,7 @@ appended twice, also after the node was killed and restarted in between."""
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 
 import grpc
 import pytest
@@ -19,6 +20,7 @@ from streamwal.node.producers import (
     Duplicate,
     ProducerState,
     check_sequence,
+    idle_producers,
 )
 from streamwal.proto import streaming_pb2 as pb
 from tests.node.helpers import read_data
@@ -62,6 +64,14 @@ def test_the_persisted_window_follows_evictions_and_failed_writes() -> None:
     assert list(restored.results) == list(range(9, WINDOW + 8))
     assert restored.results == state.results and restored.accepted == WINDOW + 7
     check_sequence(state, WINDOW + 8, "p")  # no Duplicate: it is appended for real
+
+
+def test_only_idle_producers_without_batches_in_flight_leave_memory() -> None:
+    states: OrderedDict[str, ProducerState] = OrderedDict()
+    for name, used in (("a", 1.0), ("b", 2.0), ("c", 3.0), ("d", 50.0), ("e", 4.0)):
+        states[name] = ProducerState(last_used=used)  # "e" is out of order: not reached
+    assert idle_producers(states, now=60.0, idle_s=30.0, busy={"b"}) == ["a", "c"]
+    assert idle_producers(states, now=60.0, idle_s=100.0, busy=set()) == []
 
 
 # -- real node -----------------------------------------------------------------------------

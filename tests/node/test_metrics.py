@@ -105,3 +105,38 @@ async def test_metrics_after_traffic(start_node, pchannel) -> None:
             assert _value(m, "streamwal_active_consumers", pchannel=p) == 0
 
         await _eventually(idle)
+
+
+async def test_idle_producer_state_leaves_memory_and_is_read_again(start_node, pchannel) -> None:
+    """A node that sees a new producer id per Spark task would hold every one forever;
+    idle states leave memory (the gauge shows it) and still answer a late resend."""
+    port = _free_port()
+    node = start_node(
+        "n1",
+        "--metrics",
+        f"127.0.0.1:{port}",
+        "--producer-idle",
+        "300ms",
+        "--retention-check-interval",
+        "100ms",
+    )
+    states = lambda: _value(_scrape(port), "streamwal_producer_states", pchannel=pchannel)  # noqa: E731
+    async with NodeClient(node.address) as client:
+        await client.assign(pchannel, 1)
+        first = await client.producer(pchannel, 1, producer_id="task-7")
+        sent = await first.send_batch([first.encode(b"once")], sequence=1)
+        await first.close()
+        assert await asyncio.to_thread(states) == 1
+
+        def evicted() -> None:
+            assert states() == 0
+
+        await _eventually(evicted, timeout=5)
+        again = await client.producer(pchannel, 1, producer_id="task-7")
+        assert again.last_sequence == 1  # read back from disk
+        assert await again.send_batch([again.encode(b"once")], sequence=1) == sent
+        await again.close()
+        assert await asyncio.to_thread(states) == 1
+        consumer = await client.consumer(pchannel, 1, DeliverPolicy.all(), time_ticks=False)
+        assert [m.payload for m in await read_data(consumer, 1)] == [b"once"]
+        await consumer.close()
