@@ -254,6 +254,19 @@ class LogStore:
         wb.put(_producer_key(name, producer_id), raw)
 
     @staticmethod
+    def drop_producer(wb: WriteBatch, name: str, producer_id: str) -> None:
+        wb.delete(_producer_key(name, producer_id))
+
+    def producer_windows(self, name: str) -> Iterator[tuple[str, bytes]]:
+        """(producer id, persisted window) of every idempotent producer of `name`."""
+        prefix = _producer_key(name, "")
+        it = self._db.iter(ReadOptions())
+        it.seek(prefix)
+        while it.valid() and it.key().startswith(prefix):
+            yield it.key()[len(prefix) :].decode(), it.value()
+            it.next()
+
+    @staticmethod
     def put_size(wb: WriteBatch, name: str, size: int) -> None:
         wb.put(_size_key(name), _U64.pack(size))
 
@@ -307,16 +320,12 @@ class LogStore:
         dropped = sum(len(v) for _, v in self.records_from(name, offset, 1 << 30) if v)
         wb = WriteBatch(raw_mode=True)
         wb.delete_range(log_key(name, offset), log_prefix(name) + _MAX_KEY + b"\xff")
-        producers = b"p" + name.encode() + b"\0"
-        it = self._db.iter(ReadOptions())
-        it.seek(producers)
-        while it.valid() and it.key().startswith(producers):
-            kept = keep_window(it.value())
+        for producer_id, window in self.producer_windows(name):
+            kept = keep_window(window)
             if kept:
-                wb.put(it.key(), kept)
+                self.put_producer(wb, name, producer_id, kept)
             else:
-                wb.delete(it.key())
-            it.next()
+                self.drop_producer(wb, name, producer_id)
         raw = self._db.get(_size_key(name))
         size = _U64.unpack(raw)[0] if raw else 0
         wb.put(_size_key(name), _U64.pack(max(0, size - dropped)))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import struct
 from collections import OrderedDict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from streamwal.errors import IgnoredOperation
@@ -41,6 +42,11 @@ class ProducerState:
         if sequence >= self.accepted:
             return b"".join(self._packed.values())
         return b"".join(p for seq, p in self._packed.items() if seq <= sequence)
+
+    @property
+    def end(self) -> int:
+        """Where the newest remembered batch ends (0: none)."""
+        return max((r.base + r.count for r in self.results.values()), default=0)
 
     def add(self, sequence: int, result: BatchResult) -> None:
         self.accepted = max(self.accepted, sequence)
@@ -79,6 +85,29 @@ def idle_producers(
         if now - state.last_used < idle_s:
             break
         if producer_id not in busy:
+            out.append(producer_id)
+    return out
+
+
+def cut_producers(
+    windows: Iterable[tuple[str, bytes]],
+    keep_from: int,
+    held: Mapping[str, ProducerState],
+    busy: set[str],
+) -> list[str]:
+    """Producers to forget when retention cuts the log below `keep_from`: every batch
+    their window remembers is gone, and none is in flight or newer in memory.
+
+    Kafka keeps a producer's state while any of its batches is in the log, for the same
+    reason: a producer that resends a batch retention already removed is long gone.
+    Without this, a producer id per Spark task left a window on disk for good.
+    """
+    out = []
+    for producer_id, raw in windows:
+        state = held.get(producer_id)
+        if producer_id in busy or (state is not None and state.end > keep_from):
+            continue
+        if ProducerState.decode(raw).end <= keep_from:
             out.append(producer_id)
     return out
 

@@ -30,6 +30,7 @@ from streamwal.node.producers import (
     Duplicate,
     ProducerState,
     check_sequence,
+    cut_producers,
     idle_producers,
     window_below,
 )
@@ -65,6 +66,7 @@ class _Truncate:
     keep_from: int
     freed: int
     future: asyncio.Future
+    producers: list[str]  # producer windows that go with the cut (producers.cut_producers)
 
 
 class Resent(Exception):
@@ -466,6 +468,8 @@ class Wal:
                     self.store.put_producer(wb, ch.name, pid, window)
             else:
                 wb.delete_range(log_key(ch.name, 0), log_key(ch.name, item.keep_from))
+                for producer_id in item.producers:
+                    self.store.drop_producer(wb, ch.name, producer_id)
                 size -= item.freed
             sizes[ch.name] = (ch, size)
         for name, (ch, size) in sizes.items():
@@ -608,9 +612,24 @@ class Wal:
         keep_from, freed = plan
         if self.before_cut is not None:
             await self.before_cut(ch, keep_from)
+        windows = await loop.run_in_executor(
+            None, lambda: list(self.store.producer_windows(ch.name))
+        )
+        # Chosen and submitted in one step: an append from a chosen producer can only
+        # come later, and its window is then written after the cut's delete.
+        busy = {producer_id for producer_id, _ in ch.inflight}
+        forget = cut_producers(windows, keep_from, ch.producer_states, busy)
+        for producer_id in forget:
+            ch.producer_states.pop(producer_id, None)
         future = loop.create_future()
-        self._committer.submit(_Truncate(ch, keep_from, freed, future))
+        self._committer.submit(_Truncate(ch, keep_from, freed, future, forget))
         await future
         log.info(
-            "retention", extra={"pchannel": ch.name, "first_offset": keep_from, "freed": freed}
+            "retention",
+            extra={
+                "pchannel": ch.name,
+                "first_offset": keep_from,
+                "freed": freed,
+                "producers_forgotten": len(forget),
+            },
         )

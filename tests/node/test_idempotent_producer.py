@@ -20,6 +20,7 @@ from streamwal.node.producers import (
     Duplicate,
     ProducerState,
     check_sequence,
+    cut_producers,
     idle_producers,
 )
 from streamwal.proto import streaming_pb2 as pb
@@ -72,6 +73,25 @@ def test_only_idle_producers_without_batches_in_flight_leave_memory() -> None:
         states[name] = ProducerState(last_used=used)  # "e" is out of order: not reached
     assert idle_producers(states, now=60.0, idle_s=30.0, busy={"b"}) == ["a", "c"]
     assert idle_producers(states, now=60.0, idle_s=100.0, busy=set()) == []
+
+
+def test_retention_forgets_only_producers_it_cut_entirely() -> None:
+    def window(*batches: tuple[int, int]) -> bytes:
+        state = ProducerState()
+        for seq, (base, count) in enumerate(batches, 1):
+            state.add(seq, BatchResult(base, base, count))
+        return state.encode_upto(len(batches))
+
+    windows = [
+        ("gone", window((0, 5), (5, 5))),  # ends at 10
+        ("straddles", window((5, 5), (95, 10))),  # its newest batch is still in the log
+        ("busy", window((0, 1))),  # a batch in flight
+        ("newer-in-memory", window((0, 1))),  # appended since the window was read
+    ]
+    held = {"newer-in-memory": ProducerState()}
+    held["newer-in-memory"].add(2, BatchResult(200, 200, 1))
+    assert cut_producers(windows, 100, held, busy={"busy"}) == ["gone"]
+    assert cut_producers(windows, 10, {}, busy=set()) == ["gone", "busy", "newer-in-memory"]
 
 
 # -- real node -----------------------------------------------------------------------------

@@ -127,3 +127,32 @@ async def test_retention_never_drops_the_newest_record(start_node, pchannel) -> 
         await consumer.close()
         assert [m.payload for m in msgs] == [b"b"] * 10
         await producer.close()
+
+
+async def test_retention_forgets_producers_whose_batches_it_cut(start_node, pchannel) -> None:
+    """A producer id per Spark task must not leave its window on disk for good: once
+    retention has cut every batch a producer's window remembers, the node forgets it,
+    and a producer still in the log keeps its sequence."""
+    node = start_node("n1", *CHECK)
+    async with NodeClient(node.address) as c:
+        await c.assign(pchannel, 1, retention_bytes=32 * 1024)
+        for task in range(3):  # short-lived producers, as a Spark sink's tasks are
+            old = await c.producer(pchannel, 1, producer_id=f"task-{task}")
+            await old.send_many([b"t" * 100] * 5)
+            await old.close()
+        steady = await c.producer(pchannel, 1, producer_id="steady")
+        for i in range(60):  # ~250 KB: several cuts past the tasks' batches
+            await steady.send_many([b"%d:" % i + b"s" * 200] * 20)
+
+        async def forgotten() -> bool:
+            again = await c.producer(pchannel, 1, producer_id="task-0")
+            await again.close()
+            return again.last_sequence == 0
+
+        await _wait_for(forgotten)
+        for task in (1, 2):
+            again = await c.producer(pchannel, 1, producer_id=f"task-{task}")
+            assert again.last_sequence == 0
+            await again.close()
+        assert (await c.producer(pchannel, 1, producer_id="steady")).last_sequence == 60
+        await steady.close()
