@@ -31,6 +31,7 @@ class Channel:
         self.name = name
         self.meta = meta
         self.recovering = meta.serving  # a reopened pchannel waits for its Assign
+        self.taking = 0  # a higher term being taken (Wal.assign): nobody is served
         self.clock = HybridClock()
         self.clock.observe(tail.last_tick)
         self.first_offset = tail.first_offset
@@ -64,6 +65,7 @@ class Channel:
             self.recovering,
             self.meta.assigned_term == self.meta.term,
             following,
+            self.taking,
         )
 
     @property

@@ -35,6 +35,9 @@ class Fence:
     assigned: bool = True
     # Set while this node follows the leader at that address: it serves no client.
     following: str = ""
+    # A higher term this node is taking (persisting it, catching up): until it is in
+    # place, neither the old term nor the new one is served.
+    taking: int = 0
 
 
 class AssignOutcome(Enum):
@@ -77,6 +80,14 @@ def check_access(fence: Fence | None, name: str, term: int) -> None:
     if fence.recovering:
         raise ChannelNotExist(
             f"pchannel {name!r} is recovering after a node restart: not assigned again yet"
+        )
+    if fence.taking:
+        if term < fence.taking:
+            raise UnmatchedChannelTerm(
+                f"pchannel {name!r} term {term} is stale: the node is taking term {fence.taking}"
+            )
+        raise UnmatchedChannelTerm(
+            f"pchannel {name!r} term {term} is not served yet: the node is still taking it"
         )
     if fence.following:
         raise ChannelFenced(

@@ -192,6 +192,12 @@ class Wal:
         if ch is None:
             ch = self._new_channel(name)
         else:
+            # Until the new term is in place (awaits below), the old one is served by
+            # nobody here: not by a stale producer, and not by the idle TimeTick, which
+            # a follower-to-be would keep as a record its new leader cannot tell from
+            # its own (same term, same offset): a silently divergent replica. A failed
+            # take leaves it so: the coord has moved on from the old term.
+            ch.taking = term
             role = ch.replica
             self.replication.stop_role(ch, None)
             await self.replication.settle(role)
@@ -218,6 +224,7 @@ class Wal:
             )
         await asyncio.get_running_loop().run_in_executor(None, self.store.save_meta, name, meta)
         ch.meta = meta
+        ch.taking = 0  # the role below is set in the same step: no gap to serve in
         if self.replication.configure(ch, replica_set):
             self._tick(ch)
         ch.notify()  # consumers under the old term see the fence move

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 
 import grpc
@@ -17,6 +18,7 @@ from streamwal.errors import (
     UnmatchedChannelTerm,
 )
 from streamwal.grpc_errors import from_trailing
+from streamwal.node.peer import fetch
 from tests.node.helpers import RawConsumer, RawProducer, read_data
 
 
@@ -163,3 +165,42 @@ async def test_remove_fences_producers_and_consumers(client, node, pchannel) -> 
         await client.remove(pchannel, 3)  # already released
     status = await client.collect_status()
     assert pchannel not in [s.pchannel.name for s in status.channels]
+
+
+async def _log_end(address: str, pchannel: str) -> int:
+    """Where the node's log of `pchannel` ends, read with Fetch (any role, any fence)."""
+    stream = fetch(address, pchannel, 0)
+    try:
+        return (await anext(stream)).log_end
+    finally:
+        await stream.aclose()
+
+
+async def test_the_old_term_is_served_by_nobody_while_a_new_one_is_being_taken(
+    client, node, pchannel
+) -> None:
+    """An Assign to a higher term may wait (here: catching up from a source that never
+    answers). Meanwhile a producer of the old term must not append, and neither may
+    the node's idle TimeTick: on a follower-to-be such a record under the old term is
+    one its new leader cannot tell from its own, a silently divergent replica (seen
+    once in the replication fault test)."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(1)  # accepts the connection, never speaks HTTP/2
+    try:
+        await client.assign(pchannel, 1)
+        old = await client.producer(pchannel, 1)
+        await old.send(b"term 1")
+        source = f"127.0.0.1:{silent.getsockname()[1]}"
+        taking = asyncio.ensure_future(client.assign(pchannel, 2, catch_up_from=source))
+        await asyncio.sleep(0.1)
+        end = await _log_end(node.address, pchannel)
+        await asyncio.sleep(0.6)  # three idle time-tick periods into the catch-up
+        assert not taking.done()
+        with pytest.raises(UnmatchedChannelTerm, match="is taking term 2"):
+            await asyncio.wait_for(old.send(b"stale"), 10)
+        assert await _log_end(node.address, pchannel) == end  # no TimeTick, no message
+        with pytest.raises(StreamingError):  # the silent source fails the catch-up
+            await taking
+    finally:
+        silent.close()

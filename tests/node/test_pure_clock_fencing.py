@@ -142,6 +142,11 @@ def test_access_rules() -> None:
     with pytest.raises(UnmatchedChannelTerm, match="not assigned here"):
         check_access(Fence(2, True), "p", 3)
     check_access(Fence(2, True), "p", 2)
+    taking = Fence(2, True, taking=3)  # term 3 is being taken: neither term is served
+    with pytest.raises(UnmatchedChannelTerm, match="is taking term 3"):
+        check_access(taking, "p", 2)
+    with pytest.raises(UnmatchedChannelTerm, match="not served yet"):
+        check_access(taking, "p", 3)
 
 
 def test_fencing_errors_are_recognised() -> None:
