@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from streamwal.node.group_commit import INLINE_WRITE_BYTES, GroupCommitter
+from streamwal.node.group_commit import INLINE_WRITE_BYTES, GroupCommitter, InlineRule
 from streamwal.node.log_store import LogStore
 
 
@@ -41,7 +41,9 @@ class _Store(LogStore):
         super().write(wb)
 
 
-def _committer(store: _Store, groups: list[list[_Item]]) -> GroupCommitter:
+def _committer(
+    store: _Store, groups: list[list[_Item]], rule: InlineRule | None = None
+) -> GroupCommitter:
     def prepare(group: list[_Item], wb) -> None:
         for item in group:
             wb.put(item.key, item.value)
@@ -55,7 +57,7 @@ def _committer(store: _Store, groups: list[list[_Item]]) -> GroupCommitter:
         for item in group:
             item.future.set_exception(exc)
 
-    c = GroupCommitter(store, prepare, committed, failed)
+    c = GroupCommitter(store, prepare, committed, failed, rule=rule)
     c.start()
     return c
 
@@ -159,3 +161,39 @@ async def test_close_waits_for_the_write_in_flight(store: _Store) -> None:
     c.submit(late)
     with pytest.raises(Exception, match="shutting down"):
         await late.future
+
+
+async def test_after_a_slow_write_writes_stay_off_the_loop_for_a_while(store: _Store) -> None:
+    """A stalling disk must not stall the event loop: once a write is slow, lone small
+    writes go to the worker thread until the disk has been fast for the hold time."""
+    c = _committer(store, [], InlineRule(slow_s=0.01, hold_s=0.3))
+    loop_thread = threading.get_ident()
+
+    async def write(key: bytes) -> int:
+        item = _Item(key, b"v")
+        c.submit(item)
+        await item.future
+        return store.threads[-1]
+
+    assert await write(b"fast") == loop_thread
+    store.gate.clear()
+    threading.Timer(0.03, store.gate.set).start()  # this write's fsync takes 30 ms
+    assert await write(b"slow") == loop_thread  # nobody knew yet
+    assert await write(b"next") != loop_thread  # the loop stays free while the disk stalls
+    await asyncio.sleep(0.35)
+    assert await write(b"calm") == loop_thread  # fast again for the hold time: inline
+    await c.close()
+
+
+def test_the_inline_rule() -> None:
+    rule = InlineRule(slow_s=0.002, hold_s=1.0)
+    assert rule.inline(10.0, 100, contended=False)
+    assert not rule.inline(10.0, 100, contended=True)
+    assert not rule.inline(10.0, INLINE_WRITE_BYTES + 1, contended=False)
+    rule.observe(10.0, 0.001)
+    assert rule.inline(10.5, 100, contended=False)
+    rule.observe(11.0, 0.05)  # a slow write
+    assert not rule.inline(11.9, 100, contended=False)
+    rule.observe(11.95, 0.0005)  # a fast one does not end the hold early
+    assert not rule.inline(11.99, 100, contended=False)
+    assert rule.inline(12.01, 100, contended=False)
