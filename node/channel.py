@@ -54,6 +54,10 @@ class Channel:
         self._changed = asyncio.Event()
         self._tail = _TailCache()
 
+    def producers_in_flight(self) -> set[str]:
+        """Idempotent producers with a batch accepted but not yet durable."""
+        return {producer_id for producer_id, _ in self.inflight}
+
     @property
     def fence(self) -> Fence:
         following = ""

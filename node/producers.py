@@ -89,25 +89,31 @@ def idle_producers(
     return out
 
 
+def window_end(raw: bytes) -> int:
+    """Where the newest batch of a persisted window ends (0: an empty window)."""
+    return max((base + count for _, base, _, count in _ENTRY.iter_unpack(raw)), default=0)
+
+
 def cut_producers(
-    windows: Iterable[tuple[str, bytes]],
+    window_ends: Iterable[tuple[str, int]],
     keep_from: int,
     held: Mapping[str, ProducerState],
     busy: set[str],
 ) -> list[str]:
     """Producers to forget when retention cuts the log below `keep_from`: every batch
-    their window remembers is gone, and none is in flight or newer in memory.
+    their window remembers is gone (`window_ends`: producer id, `window_end` of its
+    persisted window), and none is in flight or newer in memory.
 
     Kafka keeps a producer's state while any of its batches is in the log, for the same
     reason: a producer that resends a batch retention already removed is long gone.
     Without this, a producer id per Spark task left a window on disk for good.
     """
     out = []
-    for producer_id, raw in windows:
+    for producer_id, end in window_ends:
         state = held.get(producer_id)
         if producer_id in busy or (state is not None and state.end > keep_from):
             continue
-        if ProducerState.decode(raw).end <= keep_from:
+        if end <= keep_from:
             out.append(producer_id)
     return out
 

@@ -33,6 +33,7 @@ from streamwal.node.producers import (
     cut_producers,
     idle_producers,
     window_below,
+    window_end,
 )
 from streamwal.node.replica import LeaderRole
 from streamwal.node.replication import Replication, parse_replica_set
@@ -452,9 +453,11 @@ class Wal:
     def evict_idle_producers(self, ch: Channel) -> None:
         """Drop idle producers' state from memory; a producer per Spark task or batch
         would otherwise grow a long-lived node without bound."""
-        busy = {producer_id for producer_id, _ in ch.inflight}
         for producer_id in idle_producers(
-            ch.producer_states, time.monotonic(), self.config.producer_idle_s, busy
+            ch.producer_states,
+            time.monotonic(),
+            self.config.producer_idle_s,
+            ch.producers_in_flight(),
         ):
             del ch.producer_states[producer_id]
 
@@ -619,13 +622,13 @@ class Wal:
         keep_from, freed = plan
         if self.before_cut is not None:
             await self.before_cut(ch, keep_from)
-        windows = await loop.run_in_executor(
-            None, lambda: list(self.store.producer_windows(ch.name))
+        window_ends = await loop.run_in_executor(
+            None,
+            lambda: [(pid, window_end(raw)) for pid, raw in self.store.producer_windows(ch.name)],
         )
         # Chosen and submitted in one step: an append from a chosen producer can only
         # come later, and its window is then written after the cut's delete.
-        busy = {producer_id for producer_id, _ in ch.inflight}
-        forget = cut_producers(windows, keep_from, ch.producer_states, busy)
+        forget = cut_producers(window_ends, keep_from, ch.producer_states, ch.producers_in_flight())
         for producer_id in forget:
             ch.producer_states.pop(producer_id, None)
         future = loop.create_future()

@@ -22,6 +22,7 @@ from streamwal.node.producers import (
     check_sequence,
     cut_producers,
     idle_producers,
+    window_end,
 )
 from streamwal.proto import streaming_pb2 as pb
 from tests.node.helpers import read_data
@@ -83,11 +84,12 @@ def test_retention_forgets_only_producers_it_cut_entirely() -> None:
         return state.encode_upto(len(batches))
 
     windows = [
-        ("gone", window((0, 5), (5, 5))),  # ends at 10
-        ("straddles", window((5, 5), (95, 10))),  # its newest batch is still in the log
-        ("busy", window((0, 1))),  # a batch in flight
-        ("newer-in-memory", window((0, 1))),  # appended since the window was read
+        ("gone", window_end(window((0, 5), (5, 5)))),  # ends at 10
+        ("straddles", window_end(window((5, 5), (95, 10)))),  # newest batch still in the log
+        ("busy", window_end(window((0, 1)))),  # a batch in flight
+        ("newer-in-memory", window_end(window((0, 1)))),  # appended since the window was read
     ]
+    assert [end for _, end in windows] == [10, 105, 1, 1]
     held = {"newer-in-memory": ProducerState()}
     held["newer-in-memory"].add(2, BatchResult(200, 200, 1))
     assert cut_producers(windows, 100, held, busy={"busy"}) == ["gone"]
