@@ -1,10 +1,13 @@
-"""Pure: the client's hand-written wire encoding equals protoc's, byte for byte."""
+"""Pure: the hand-written wire encoding (client requests, node answers) equals protoc's,
+byte for byte."""
 
 from __future__ import annotations
 
 import pytest
 
+from streamwal import protowire
 from streamwal.client import encoding
+from streamwal.ids import encode_offset
 from streamwal.proto import streaming_pb2 as pb
 
 SIZES = [0, 1, 127, 128, 300, 16383, 16384, 70_000, 2_100_000]
@@ -20,11 +23,46 @@ def _payload(size: int) -> bytes:
     return bytes(i % 251 for i in range(size))
 
 
-@pytest.mark.parametrize("n", [0, 1, 127, 128, 16383, 16384, 2**21, 2**35, 2**63 - 1])
+@pytest.mark.parametrize(
+    "n",
+    [0, 1, 127, 128, 16383, 16384, 2**21 - 1, 2**21, 2**28, 2**35, 2**50 + 12345, 2**64 - 1],
+)
 def test_varint_matches_protobuf(n: int) -> None:
     from google.protobuf.internal.encoder import _VarintBytes
 
     assert encoding.varint(n) == _VarintBytes(n)
+
+
+def test_varint_refuses_negative_numbers() -> None:
+    with pytest.raises(ValueError, match="negative"):
+        protowire.varint(-1)
+
+
+@pytest.mark.parametrize(
+    ("request_id", "base", "count", "tick", "duplicate"),
+    [
+        (1, 0, 1, 0, False),
+        (0, 5, 0, 0, False),
+        (300, 2**40, 16384, 2**53 + 7, True),
+        (2**35, 12345, 8192, 470675927692214272, False),
+    ],
+)
+def test_the_nodes_batch_answer_equals_protoc(
+    request_id: int, base: int, count: int, tick: int, duplicate: bool
+) -> None:
+    expected = pb.ProduceResponse(
+        produce_batch=pb.ProduceBatchResponse(
+            request_id=request_id,
+            result=pb.ProduceBatchResult(
+                first_id=pb.MessageID(id=encode_offset(base)),
+                count=count,
+                first_time_tick=tick,
+                duplicate=duplicate,
+            ),
+        )
+    )
+    answer = protowire.produce_batch_answer(request_id, base, count, tick, duplicate)
+    assert answer == expected.SerializeToString(deterministic=True)
 
 
 @pytest.mark.parametrize("size", SIZES)

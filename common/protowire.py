@@ -1,0 +1,49 @@
+"""Protobuf wire format written by hand on the produce hot path, for node and client.
+
+Building one protobuf object per message costs microseconds in Python; writing the wire
+format directly (a few tagged varints and length-prefixed byte strings) costs a fraction
+of that. The bytes are exactly what protoc's code would produce, and the tests parse
+them back with the generated classes.
+"""
+
+from __future__ import annotations
+
+from streamwal.ids import encode_offset
+
+# Numbers encode 14 bits per table lookup: lengths and counts take one, a time tick
+# (about 2**50) four instead of eight rounds of bit twiddling.
+_VARINT_TABLE = [
+    bytes([n]) if n < 0x80 else bytes([(n & 0x7F) | 0x80, n >> 7]) for n in range(1 << 14)
+]
+_CONTINUED = [bytes([(n & 0x7F) | 0x80, (n >> 7) | 0x80]) for n in range(1 << 14)]
+
+
+def varint(n: int) -> bytes:
+    if 0 <= n < 16384:
+        return _VARINT_TABLE[n]
+    if n < 0:  # (a negative index would pick a wrong entry of the table, silently)
+        raise ValueError(f"varint of a negative number: {n}")
+    parts = []
+    while n >= 16384:
+        parts.append(_CONTINUED[n & 0x3FFF])
+        n >>= 14
+    parts.append(_VARINT_TABLE[n])
+    return b"".join(parts)
+
+
+def produce_batch_answer(
+    request_id: int, base: int, count: int, first_tick: int, duplicate: bool
+) -> bytes:
+    """A serialized ProduceResponse{produce_batch: {request_id, result: {first_id: base,
+    count, first_time_tick, duplicate}}}: the node's answer to an appended batch."""
+    result = b"\n\n\n\x08" + encode_offset(base)  # first_id: MessageID{id: 8 bytes}
+    if count:
+        result += b"\x10" + varint(count)
+    if first_tick:
+        result += b"\x18" + varint(first_tick)
+    if duplicate:
+        result += b"\x20\x01"
+    inner = b"\x12" + varint(len(result)) + result
+    if request_id:
+        inner = b"\x08" + varint(request_id) + inner
+    return b"R" + varint(len(inner)) + inner
