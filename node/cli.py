@@ -61,6 +61,13 @@ from streamwal.units import parse_duration_ms, parse_size
     "with retention); its window stays on disk and is read again if it returns.",
 )
 @click.option(
+    "--producer-window",
+    default="64MiB",
+    show_default=True,
+    help="Bytes one producer may have awaiting their acknowledgement; beyond it the node "
+    "stops reading that producer's stream until acks free room (TCP slows the producer).",
+)
+@click.option(
     "--txn-keepalive",
     default="10s",
     show_default=True,
@@ -98,6 +105,7 @@ def node(
     retention_size: str,
     retention_check_interval: str,
     producer_idle: str,
+    producer_window: str,
     txn_keepalive: str,
     txn_max_bytes: str,
     txn_max_open: int,
@@ -122,6 +130,7 @@ def node(
         default_retention_bytes=parse_size(retention_size),
         retention_check_interval_s=parse_duration_ms(retention_check_interval) / 1000,
         producer_idle_s=parse_duration_ms(producer_idle) / 1000,
+        max_inflight_bytes_per_producer=parse_size(producer_window),
         txn_keepalive_s=parse_duration_ms(txn_keepalive) / 1000,
         txn_max_bytes=parse_size(txn_max_bytes),
         txn_max_open=txn_max_open,

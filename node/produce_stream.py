@@ -20,6 +20,7 @@ from streamwal.node import txn_ops
 from streamwal.node.channel import Channel
 from streamwal.node.wal import Resent
 from streamwal.proto import streaming_pb2 as pb
+from streamwal.protowire import produce_batch_answer
 
 if TYPE_CHECKING:
     from streamwal.node.service import NodeService
@@ -34,17 +35,30 @@ class Malformed:
         self.reason = f"malformed {what} frame: {exc}"
 
 
+# A ProduceResponse, or one already serialized (the hot path's answers are hand-encoded).
+Answer = pb.ProduceResponse | bytes
+
+
 class ProduceSink(Protocol):
     """Where a Produce stream's answers go: in order, then maybe an error that ends it."""
 
-    async def write(self, response: pb.ProduceResponse) -> None: ...
+    async def write(self, response: Answer) -> None: ...
 
-    def write_now(self, response: pb.ProduceResponse) -> bool:
+    def write_now(self, response: Answer) -> bool:
         """Hand `response` to the transport at once if it takes it without waiting; False
         leaves it to `write` (called from the stream's writer task)."""
         ...
 
     async def abort(self, err: StreamingError) -> None: ...
+
+
+class PushedRequests:
+    """A transport that parses requests in its own callbacks and hands each to the
+    stream's `receive` at once, instead of being read by a task (node/produce_port.py)."""
+
+    def attach(self, stream: ProduceStream) -> None:
+        """Start handing requests to `stream` (and `finish` at their end)."""
+        raise NotImplementedError
 
 
 class ProduceStream:
@@ -57,7 +71,7 @@ class ProduceStream:
         term: int,
         producer_name: str,
         quorum: bool,
-        requests: AsyncIterator,
+        requests: AsyncIterator | PushedRequests,
         sink: ProduceSink,
     ) -> None:
         self.svc = svc
@@ -76,14 +90,18 @@ class ProduceStream:
         self.space = asyncio.Event()
 
     async def run(self) -> None:
-        reader = asyncio.ensure_future(self._read())
+        reader = None
+        if isinstance(self.requests, PushedRequests):
+            self.requests.attach(self)
+        else:  # gRPC's request iterator
+            reader = asyncio.ensure_future(self._read())
         closing: StreamingError | bool | None = None  # True: close requested
         try:
             while True:
                 if closing is not None and self.outstanding == 0:
                     break
                 item = await self.out.get()
-                if isinstance(item, pb.ProduceResponse):
+                if isinstance(item, (bytes, pb.ProduceResponse)):
                     self.outstanding -= 1
                     await self.sink.write(item)
                 else:
@@ -93,43 +111,65 @@ class ProduceStream:
             elif closing is True:
                 await self.sink.write(pb.ProduceResponse(close=pb.CloseProducerResponse()))
         finally:
-            reader.cancel()
+            if reader is not None:
+                reader.cancel()
+            self.ending = True  # a transport that still pushes is answered by nobody
             self.svc.txns.drop_owner(self)  # a txn lives no longer than its stream
 
     async def _read(self) -> None:
         try:
             async for req in self.requests:
-                if isinstance(req, Malformed):
-                    self._end(InvalidArgument(req.reason))
+                if not self.receive(req):
                     return
-                kind = req.WhichOneof("request")
-                if kind == "produce_batch":
-                    self._batch(req.produce_batch)
-                elif kind == "produce":
-                    self._single(req.produce)
-                elif kind == "txn":
-                    txn_ops.handle(self, req.txn)
-                elif kind == "close":
-                    self._end(True)
-                    return
-                else:
-                    self._end(InvalidArgument("empty ProduceRequest"))
-                    return
-                while self.inflight_bytes > self.svc.max_inflight:
+                while self.window_full:
                     self.space.clear()
                     await self.space.wait()
-            self._end(False)  # half-closed without a close request
+            self.finish()  # half-closed without a close request
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the transport broke; nothing more to answer
             log.debug("producer stream ended", extra={"error": repr(exc)})
+            self.finish()
+
+    def receive(self, req: pb.ProduceRequest | Malformed) -> bool:
+        """Act on one request; False once it ended the stream (close, bad request), after
+        which the transport must pass no more."""
+        if self.ending:
+            return False
+        if isinstance(req, Malformed):
+            self._end(InvalidArgument(req.reason))
+            return False
+        kind = req.WhichOneof("request")
+        if kind == "produce_batch":
+            self._batch(req.produce_batch)
+        elif kind == "produce":
+            self._single(req.produce)
+        elif kind == "txn":
+            txn_ops.handle(self, req.txn)
+        elif kind == "close":
+            self._end(True)
+            return False
+        else:
+            self._end(InvalidArgument("empty ProduceRequest"))
+            return False
+        return True
+
+    @property
+    def window_full(self) -> bool:
+        """Over the in-flight byte budget: the transport should stop reading (`space` is
+        set as answers free it)."""
+        return self.inflight_bytes > self.svc.max_inflight
+
+    def finish(self) -> None:
+        """The producer sent nothing more (half-close, or the connection is gone)."""
+        if not self.ending:
             self._end(False)
 
     def _end(self, item: StreamingError | bool) -> None:
         self.ending = True
         self.out.put_nowait(item)
 
-    def answer(self, response: pb.ProduceResponse) -> None:
+    def answer(self, response: Answer) -> None:
         """Send one answer for a request counted in `outstanding`.
 
         Written straight to the transport when nothing is queued before it: a lone
@@ -146,7 +186,7 @@ class ProduceStream:
         self,
         body: bytes,
         count: int,
-        respond: Callable[[int, int, bool], pb.ProduceResponse],
+        respond: Callable[[int, int, bool], Answer],
         fail: Callable[[StreamingError], pb.ProduceResponse],
         producer: tuple[str, int] | None = None,
         barrier_time_tick: int = 0,
@@ -156,29 +196,7 @@ class ProduceStream:
         tick, duplicate) or fail."""
         self.outstanding += 1
         duplicate = False
-        try:
-            future = self.svc.wal.append(
-                self.ch,
-                self.term,
-                body,
-                count,
-                producer=producer,
-                barrier_time_tick=barrier_time_tick,
-                flags=flags,
-            )
-        except StreamingError as err:
-            self.answer(fail(err))
-            return
-        except Resent as resent:
-            r = resent.result
-            if resent.pending is None:
-                future = asyncio.get_running_loop().create_future()
-                future.set_result((r.base, r.first_tick))
-            else:
-                future = resent.pending
-            duplicate, count = True, r.count
         size = len(body)
-        self.inflight_bytes += size
 
         def answer(exc: BaseException | None, base: int = 0, first_tick: int = 0) -> None:
             self.inflight_bytes -= size
@@ -199,7 +217,29 @@ class ProduceStream:
             committed = self.svc.wal.replication.wait_commit(self.ch, self.term, base + count)
             committed.add_done_callback(lambda c: answer(c.exception(), base, first_tick))
 
-        future.add_done_callback(durable)
+        try:
+            self.svc.wal.append(
+                self.ch,
+                self.term,
+                body,
+                count,
+                producer=producer,
+                barrier_time_tick=barrier_time_tick,
+                flags=flags,
+                on_done=durable,
+            )
+        except StreamingError as err:
+            self.answer(fail(err))
+            return
+        except Resent as resent:
+            r = resent.result
+            duplicate, count = True, r.count
+            pending = resent.pending
+            if pending is None:  # durable long ago: answer with the original's result
+                pending = asyncio.get_running_loop().create_future()
+                pending.set_result((r.base, r.first_tick))
+            pending.add_done_callback(durable)
+        self.inflight_bytes += size
 
     def _batch(self, req: pb.ProduceBatchRequest) -> None:
         rid = req.request_id
@@ -216,18 +256,8 @@ class ProduceStream:
             self.answer(fail(err))
             return
 
-        def respond(base: int, first_tick: int, duplicate: bool) -> pb.ProduceResponse:
-            return pb.ProduceResponse(
-                produce_batch=pb.ProduceBatchResponse(
-                    request_id=rid,
-                    result=pb.ProduceBatchResult(
-                        first_id=pb.MessageID(id=encode_offset(base)),
-                        count=count,
-                        first_time_tick=first_tick,
-                        duplicate=duplicate,
-                    ),
-                )
-            )
+        def respond(base: int, first_tick: int, duplicate: bool) -> bytes:
+            return produce_batch_answer(rid, base, count, first_tick, duplicate)
 
         producer = (
             (self.producer_name, req.sequence) if self.producer_name and req.sequence else None

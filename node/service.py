@@ -22,7 +22,13 @@ from streamwal.grpc_errors import status_for, trailing
 from streamwal.node import delivery, records
 from streamwal.node.channel import Channel
 from streamwal.node.fencing import check_access
-from streamwal.node.produce_stream import Malformed, ProduceSink, ProduceStream
+from streamwal.node.produce_stream import (
+    Answer,
+    Malformed,
+    ProduceSink,
+    ProduceStream,
+    PushedRequests,
+)
 from streamwal.node.txn import TxnLimits, TxnTable
 from streamwal.node.wal import Wal
 from streamwal.proto import milvus_pb2
@@ -66,10 +72,10 @@ class GrpcProduceSink:
     def __init__(self, context: aio.ServicerContext) -> None:
         self._context = context
 
-    async def write(self, response: pb.ProduceResponse) -> None:
+    async def write(self, response: Answer) -> None:
         await self._context.write(response)
 
-    def write_now(self, response: pb.ProduceResponse) -> bool:
+    def write_now(self, response: Answer) -> bool:
         return False  # grpc.aio writes only from a coroutine
 
     async def abort(self, err: StreamingError) -> None:
@@ -92,7 +98,8 @@ class NodeService:
 
     def handlers(self) -> list[grpc.GenericRpcHandler]:
         def ser(msg) -> bytes:
-            return msg.SerializeToString()
+            # A Produce stream's hot-path answers come serialized already (ProduceStream).
+            return msg if isinstance(msg, bytes) else msg.SerializeToString()
 
         handler = grpc.method_handlers_generic_handler(
             "milvus.proto.streaming.StreamingNodeHandlerService",
@@ -272,7 +279,10 @@ class NodeService:
         await self.serve_producer(header, request_iterator, sink)
 
     async def serve_producer(
-        self, header: pb.CreateProducerRequest, requests: AsyncIterator, sink: ProduceSink
+        self,
+        header: pb.CreateProducerRequest,
+        requests: AsyncIterator | PushedRequests,
+        sink: ProduceSink,
     ) -> None:
         """One Produce stream, whichever transport carries it (gRPC or the produce port)."""
         try:

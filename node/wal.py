@@ -59,6 +59,8 @@ class _Append:
     accepted_at: float
     future: asyncio.Future
     producer: tuple[str, int] | None = None  # (producer id, batch sequence)
+    # Called with `future` once it is done, in the commit's own callback (Wal.append).
+    on_done: Callable[[asyncio.Future], None] | None = None
 
 
 @dataclass(slots=True)
@@ -81,6 +83,16 @@ class Resent(Exception):
         super().__init__("resent batch")
         self.result = result
         self.pending = pending
+
+
+def _run_on_done(item: _Append) -> None:
+    """An append's `on_done`, kept from breaking the commit of the rest of its group."""
+    if item.on_done is None:
+        return
+    try:
+        item.on_done(item.future)
+    except Exception:
+        log.exception("an append's completion callback failed")
 
 
 def _below(recs: list[tuple[int, bytes]], end: int) -> list[tuple[int, bytes]]:
@@ -404,11 +416,17 @@ class Wal:
         flags: int = 0,
         producer: tuple[str, int] | None = None,
         barrier_time_tick: int = 0,
+        on_done: Callable[[asyncio.Future], None] | None = None,
     ) -> asyncio.Future:
         """Accept `count` messages (a serialized MessageBatch); the future resolves to
         (base offset, first tick) once they are durable. Raises if fenced, and raises
         `Resent` for a batch an idempotent `producer` (id, sequence) sent before. Every
-        tick of the batch is above `barrier_time_tick`."""
+        tick of the batch is above `barrier_time_tick`.
+
+        `on_done(future)` runs as soon as the future is done, inside the commit's own
+        callback: a done-callback would run one event-loop turn later, which costs a
+        one-at-a-time producer a turn's worth of latency and CPU on every message.
+        """
         if self._closing:
             raise Inner("node is shutting down")
         check_access(ch.fence, ch.name, term)
@@ -435,7 +453,9 @@ class Wal:
             state.add(producer[1], BatchResult(base, first_tick, count))
             ch.inflight[producer] = future
         self._committer.submit(
-            _Append(ch, base, first_tick, count, value, time.perf_counter(), future, producer)
+            _Append(
+                ch, base, first_tick, count, value, time.perf_counter(), future, producer, on_done
+            )
         )
         return future
 
@@ -497,14 +517,15 @@ class Wal:
             if isinstance(item, _Append):
                 ch.committed(item.base, item.count, item.value)
                 ch.last_term = ch.term
-                messages, size = m.appended(ch.name)
-                messages.inc(item.count)
-                size.inc(len(item.value))
+                totals = m.appended(ch.name)
+                totals[0] += item.count
+                totals[1] += len(item.value)
                 m.append_latency.observe(now - item.accepted_at)
                 if item.producer is not None:
                     ch.inflight.pop(item.producer, None)
                 if not item.future.done():
                     item.future.set_result((item.base, item.first_tick))
+                    _run_on_done(item)
             else:
                 ch.first_offset = max(ch.first_offset, item.keep_from)
                 ch.drop_cache_before(item.keep_from)
@@ -533,6 +554,8 @@ class Wal:
                     state.forget(seq)
             if not item.future.done():
                 item.future.set_exception(err)
+                if isinstance(item, _Append):
+                    _run_on_done(item)
         for ch in touched.values():
             ch.rewind_uncommitted()
             ch.notify()

@@ -14,7 +14,7 @@ import pytest
 
 from streamwal import wire
 from streamwal.client import encoding
-from streamwal.client.node_client import NodeClient
+from streamwal.client.node_client import NodeClient, replica_set
 from streamwal.client.policy import DeliverPolicy
 from streamwal.errors import UnmatchedChannelTerm
 from streamwal.ids import decode_offset
@@ -192,3 +192,34 @@ async def test_every_request_is_answered_once_and_the_close_last(
     assert [rid for rid, _ in results] == list(range(1, count + 1))
     offsets = [decode_offset(raw) for _, raw in results]
     assert offsets == sorted(set(offsets))  # appended in request order, once each
+
+
+async def test_a_producer_past_its_window_is_held_back_by_tcp_not_buffered(
+    start_node, pchannel
+) -> None:
+    """While no ack can come (the only follower of a quorum pchannel is down), the node
+    takes no more of a producer's stream than its window and one read's worth, and the
+    rest of what the producer offered waits on the producer's side of the socket."""
+    node = start_node("n1", "--producer-window", "256KiB")
+    async with NodeClient(node.address) as client:
+        members = [(node.node_id, node.address), (2, "127.0.0.1:9")]
+        await client.assign(pchannel, 1, replica_set=replica_set(True, members))
+        info = await client.describe()
+        reader, writer = await asyncio.open_connection("127.0.0.1", info.produce_port)
+        header = pb.CreateProducerRequest(pchannel=pb.PChannelInfo(name=pchannel, term=1))
+        try:
+            writer.write(wire.frame(wire.CREATE_PRODUCER, header.SerializeToString()))
+            kind, _ = await asyncio.wait_for(wire.read_frame(reader), 10)
+            assert kind == wire.PRODUCE_RESPONSE
+            entry = encoding.encode_entry(b"x" * 64 * 1024)
+            for rid in range(1, 641):  # 40 MiB, written without waiting
+                request = encoding.produce_batch_frame(rid, entry, 0, 0)
+                writer.write(wire.frame(wire.PRODUCE_REQUEST, request))
+            await asyncio.sleep(1.5)
+            status = await client.collect_status()
+            taken = {c.pchannel.name: c.next_offset for c in status.channels}[pchannel]
+            # 4 batches fill the window; idle time ticks may take a few offsets too
+            assert 4 <= taken <= 40
+            assert writer.transport.get_write_buffer_size() > 20 * 1024 * 1024
+        finally:
+            writer.close()
