@@ -38,7 +38,6 @@ from streamwal.proto import groups_pb2 as gpb
 from streamwal.proto import milvus_pb2, wire_pb2
 from streamwal.proto import streaming_pb2 as pb
 from streamwal.transport import TransportConfig, make_channel
-from streamwal.wire import FrameError
 
 log = logging.getLogger("streamwal.client")
 
@@ -439,7 +438,7 @@ class Producer:
         self._call = None
         self._writing = False  # the sender task awaits a write (the transport is busy)
         self._direct = False  # on the produce port, whose frames a send may write itself
-        self._reader: asyncio.Task | None = None
+        self._reader: asyncio.Future | None = None  # done when the answers end
         self._sender: asyncio.Task | None = None
         self._queue: asyncio.Queue[_Batch] = asyncio.Queue()
         self.last_sequence = 0  # what the node had from this producer id when we opened
@@ -461,7 +460,10 @@ class Producer:
         self._direct = isinstance(self._call, WireProduceCall)
         self.last_sequence = first.create.last_sequence
         self._next_sequence = max(self._next_sequence, self.last_sequence + 1)
-        self._reader = asyncio.ensure_future(self._read())
+        if self._direct:  # the port hands answers over as they arrive, no reader task
+            self._reader = self._call.listen(self._answered, self._ended)
+        else:
+            self._reader = asyncio.ensure_future(self._read())
         self._sender = asyncio.ensure_future(self._send_loop())
 
     async def __aenter__(self) -> Producer:
@@ -654,55 +656,62 @@ class Producer:
             )
 
     async def _read(self) -> None:
+        """gRPC's answers, read by a task."""
         try:
             while True:
                 resp = await self._call.read()
-                if resp is aio.EOF:
+                if resp is aio.EOF or not self._answered(resp):
                     break
-                kind = resp.WhichOneof("response")
-                if kind == "produce_batch":
-                    r = resp.produce_batch
-                    batch = self._waiting.pop(r.request_id, None)
-                    self._slots.give()
-                    if batch is None or batch.future.done():
-                        continue
-                    if r.WhichOneof("response") == "error":
-                        err = StreamingError.from_proto(r.error)
-                        if self._resendable and is_fencing_error(err):
-                            self._waiting[r.request_id] = batch  # keep it for the resend
-                            self._fail(err)
-                            return
-                        batch.future.set_exception(err)
-                    else:
-                        batch.future.set_result(
-                            (decode_offset(r.result.first_id.id), r.result.first_time_tick)
-                        )
-                elif kind == "txn":
-                    self._txn_answered(resp.txn)
-                elif kind == "close":
-                    break
-            self._fail(Unavailable("producer stream closed"))
+            self._ended(None)
         except grpc.RpcError as exc:
-            self._fail(from_rpc_error(exc))
-        except StreamingError as err:  # the produce port's ERROR frame or a broken connection
-            self._fail(err)
+            self._ended(from_rpc_error(exc))
         except asyncio.CancelledError:
             raise
 
-    def _txn_answered(self, r: pb.TxnResponse) -> None:
+    def _answered(self, resp: pb.ProduceResponse) -> bool:
+        """Settle what `resp` answers; False once the stream is over for this producer."""
+        kind = resp.WhichOneof("response")
+        if kind == "produce_batch":
+            r = resp.produce_batch
+            batch = self._waiting.pop(r.request_id, None)
+            self._slots.give()
+            if batch is None or batch.future.done():
+                return True
+            if r.WhichOneof("response") == "error":
+                err = StreamingError.from_proto(r.error)
+                if self._resendable and is_fencing_error(err):
+                    self._waiting[r.request_id] = batch  # keep it for the resend
+                    self._fail(err)
+                    return False
+                batch.future.set_exception(err)
+            else:
+                batch.future.set_result(
+                    (decode_offset(r.result.first_id.id), r.result.first_time_tick)
+                )
+        elif kind == "txn":
+            return self._txn_answered(resp.txn)
+        elif kind == "close":
+            return False
+        return True
+
+    def _ended(self, err: StreamingError | None) -> None:
+        self._fail(err or Unavailable("producer stream closed"))
+
+    def _txn_answered(self, r: pb.TxnResponse) -> bool:
         op = self._waiting.pop(r.request_id, None)
         self._slots.give()
         if op is None or op.future.done():
-            return
+            return True
         if r.WhichOneof("response") != "error":
             op.future.set_result(r)
-            return
+            return True
         err = StreamingError.from_proto(r.error)
         if self._resendable and op.commit and is_fencing_error(err):
             self._waiting[r.request_id] = op  # a commit is resent like a batch
             self._fail(err)
-            return
+            return True
         op.future.set_exception(err)
+        return True
 
     def _fail(self, err: StreamingError) -> None:
         if self._error is None:
@@ -765,7 +774,6 @@ class Producer:
                 grpc.RpcError,
                 StreamingError,
                 ConnectionError,
-                FrameError,
                 TimeoutError,
                 asyncio.CancelledError,
                 asyncio.InvalidStateError,

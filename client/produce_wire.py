@@ -1,17 +1,20 @@
 """The client end of the node's produce port (proto/wire.proto).
 
-`WireProduceCall` offers the part of a grpc.aio stream call that `Producer` uses
-(write, read, done_writing, cancel), so the producer's batching, pipelining, resend and
-error handling are one code path over either transport. Errors come as StreamingErrors
-(the node's own, from its ERROR frame) or as Unavailable when the connection breaks.
+`WireProduceCall` offers the writing half of a grpc.aio stream call that `Producer` uses
+(write, done_writing, cancel), so batching, pipelining and resends are one code path
+over either transport. Answers are not read by a task: the connection is a protocol that
+cuts frames in `data_received` and hands each answer to the producer's callback there,
+so a one-at-a-time send's answer wakes only the sender, not a reader task first. Errors
+come as StreamingErrors (the node's own, from its ERROR frame) or as Unavailable when
+the connection breaks.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+from collections.abc import Callable
 
-from grpc import aio
+from google.protobuf.message import DecodeError
 
 from streamwal import wire
 from streamwal.errors import InvalidRequestSeq, StreamingError, Unavailable
@@ -19,47 +22,148 @@ from streamwal.proto import streaming_pb2 as pb
 
 CONNECT_TIMEOUT_S = 1.0  # a port that neither answers nor refuses is treated as closed
 
+# Takes one answer; False once the producer wants no more (its stream is over).
+OnAnswer = Callable[[pb.ProduceResponse], bool]
+# Told once how the stream ended: None for a clean close by the node.
+OnEnd = Callable[[StreamingError | None], None]
 
-class WireProduceCall:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._reader = reader
-        self._writer = writer
+
+class WireProduceCall(asyncio.Protocol):
+    def __init__(self) -> None:
+        self._transport: asyncio.Transport | None = None
+        self._cutter = wire.FrameCutter()
+        self.first: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.ended: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._on_answer: OnAnswer | None = None
+        self._on_end: OnEnd | None = None
+        self._eof = False
+        self._end_error: StreamingError | None = None
+        self._paused = False
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._lost = False
+
+    # -- asyncio.Protocol ------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        if self.ended.done():
+            return
+        self._cutter.feed(data)
+        self._pump()
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        self._pump()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        self._writable.set()
+        if not self._eof:
+            self._eof = True
+            if exc is not None:
+                self._end_error = Unavailable(f"produce port connection broke: {exc}")
+        self._pump()
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    # -- answers in -----------------------------------------------------------------
+
+    def listen(self, on_answer: OnAnswer, on_end: OnEnd) -> asyncio.Future:
+        """Hand every answer after `first` to `on_answer`, then the end to `on_end`;
+        returns `ended`, done once the stream is over."""
+        self._on_answer, self._on_end = on_answer, on_end
+        self._pump()
+        return self.ended
+
+    def _pump(self) -> None:
+        while not self.ended.done():
+            if self.first.done() and self._on_answer is None:
+                self._hold(True)  # answers wait for `listen`
+                return
+            try:
+                got = self._cutter.next()
+                if got is None and self._eof:
+                    self._cutter.check_ended()
+            except wire.FrameError as exc:
+                self._end(Unavailable(f"produce port connection broke: {exc}"))
+                return
+            if got is None:
+                if self._eof:
+                    self._end(self._end_error)
+                break
+            self._take(*got)
+        self._hold(False)
+
+    def _hold(self, hold: bool) -> None:
+        if hold != self._paused and not self._lost:
+            self._paused = hold
+            (self._transport.pause_reading if hold else self._transport.resume_reading)()
+
+    def _take(self, kind: int, body: bytes) -> None:
+        try:
+            if kind == wire.ERROR:
+                self._end(StreamingError.from_proto(pb.StreamingError.FromString(body)))
+                return
+            if kind != wire.PRODUCE_RESPONSE:
+                self._end(Unavailable(f"the node sent frame kind {kind} on a produce stream"))
+                return
+            answer = pb.ProduceResponse.FromString(body)
+        except DecodeError as exc:
+            self._end(Unavailable(f"garbled answer on the produce port: {exc}"))
+            return
+        if not self.first.done():
+            self.first.set_result(answer)
+        elif not self._on_answer(answer):
+            self._end(None)
+
+    def _end(self, err: StreamingError | None) -> None:
+        if not self.first.done():
+            # Before the `create` answer only the node's own refusal is a StreamingError;
+            # anything else means no produce port answers here (OSError: use gRPC).
+            if not isinstance(err, StreamingError) or isinstance(err, Unavailable):
+                reason = f": {err}" if err is not None else ""
+                err = ConnectionError(f"no produce port answer on that port{reason}")
+            self.first.set_exception(err)
+        elif self._on_end is not None:
+            self._on_end(err)
+        if not self.ended.done():  # (cancelled by a producer that stopped waiting)
+            self.ended.set_result(None)
+
+    # -- requests out ---------------------------------------------------------------
+
+    def send_header(self, header: pb.CreateProducerRequest) -> None:
+        self._transport.write(wire.frame(wire.CREATE_PRODUCER, header.SerializeToString()))
 
     async def write(self, request: bytes) -> None:
         """Send one serialized ProduceRequest."""
-        self._writer.write(wire.frame(wire.PRODUCE_REQUEST, request))
-        await self._writer.drain()
+        self._transport.write(wire.frame(wire.PRODUCE_REQUEST, request))
+        await self._writable.wait()
+        if self._lost:
+            raise Unavailable("produce port connection broke")
 
     def can_write_now(self) -> bool:
         """Whether a frame written now goes out at once (nothing buffered before it)."""
-        transport = self._writer.transport
+        transport = self._transport
         return not transport.is_closing() and not transport.get_write_buffer_size()
 
     def write_now(self, request: bytes) -> None:
         """Send one serialized ProduceRequest without waiting (see `can_write_now`)."""
-        self._writer.write(wire.frame(wire.PRODUCE_REQUEST, request))
-
-    async def read(self) -> pb.ProduceResponse:
-        """The next answer, or aio.EOF once the node closed the stream."""
-        try:
-            got = await wire.read_frame(self._reader)
-        except (wire.FrameError, ConnectionError) as exc:
-            raise Unavailable(f"produce port connection broke: {exc}") from None
-        if got is None:
-            return aio.EOF
-        kind, body = got
-        if kind == wire.PRODUCE_RESPONSE:
-            return pb.ProduceResponse.FromString(body)
-        if kind == wire.ERROR:
-            raise StreamingError.from_proto(pb.StreamingError.FromString(body))
-        raise Unavailable(f"the node sent frame kind {kind} on a produce stream")
+        self._transport.write(wire.frame(wire.PRODUCE_REQUEST, request))
 
     async def done_writing(self) -> None:
-        with contextlib.suppress(OSError):  # the node is gone already: nothing to tell it
-            self._writer.write_eof()
+        if not self._lost and self._transport.can_write_eof():
+            self._transport.write_eof()
 
     def cancel(self) -> None:
-        self._writer.close()
+        self._transport.close()
 
 
 async def open_wire_producer(
@@ -67,28 +171,19 @@ async def open_wire_producer(
 ) -> tuple[WireProduceCall, pb.ProduceResponse]:
     """Connect, send the header, return (call, the node's `create` answer).
 
-    OSError / TimeoutError: the port cannot be reached (the caller may use gRPC).
+    OSError / TimeoutError: the port cannot be reached, or what answers there is not a
+    produce port (the caller may use gRPC).
     StreamingError: the node refused the producer (the same error gRPC would give).
     """
-    reader, writer = await asyncio.wait_for(
-        asyncio.open_connection(host, port, limit=2 * 1024 * 1024), CONNECT_TIMEOUT_S
+    loop = asyncio.get_running_loop()
+    _, call = await asyncio.wait_for(
+        loop.create_connection(WireProduceCall, host, port), CONNECT_TIMEOUT_S
     )
-    call = WireProduceCall(reader, writer)
     try:
-        writer.write(wire.frame(wire.CREATE_PRODUCER, header.SerializeToString()))
-        await writer.drain()
-        got = await wire.read_frame(reader)
-        if got is None or got[0] not in (wire.PRODUCE_RESPONSE, wire.ERROR):
-            raise ConnectionError("no produce port answer on that port")
-        kind, body = got
-        if kind == wire.ERROR:
-            raise StreamingError.from_proto(pb.StreamingError.FromString(body))
-        first = pb.ProduceResponse.FromString(body)
+        call.send_header(header)
+        first = await call.first
         if first.WhichOneof("response") != "create":
             raise InvalidRequestSeq("the node did not answer the producer header with `create`")
-    except wire.FrameError as exc:
-        call.cancel()
-        raise ConnectionError(f"not a produce port: {exc}") from None
     except BaseException:
         call.cancel()
         raise
