@@ -74,7 +74,10 @@ class RedisStreams:
         self._admin: aioredis.Redis | None = None
 
     def _client(self) -> aioredis.Redis:
-        return aioredis.Redis(host=HOST, port=self._port, max_connections=64)
+        # redis-py runs concurrent commands on connections of its pool. With a small cap,
+        # the open loop's sends during a server stall (an AOF rewrite's fork) failed with
+        # MaxConnectionsError instead of waiting; the default cap is unbounded.
+        return aioredis.Redis(host=HOST, port=self._port)
 
     async def start(self, workdir: Path) -> None:
         binary = shutil.which("redis-server") or "/usr/bin/redis-server"

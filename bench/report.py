@@ -101,6 +101,11 @@ def table(systems: dict[str, dict], sizes: tuple[int, ...], producers: tuple[int
             ]
         )
         notes.append(f"  {name}: {e['durability']}")
+        if e.get("latency", {}).get("failed"):
+            notes.append(
+                f"  {name}: {e['latency']['failed']} open-loop sends failed "
+                "(not in its latency percentiles)"
+            )
         if "failover" in e:
             fo = e["failover"]
             notes.append(

@@ -55,6 +55,7 @@ def rounds_summary(rounds: Sequence[dict]) -> dict:
     return {
         **{k: v for k, v in rounds[0].items() if not k.endswith("_ms") and k != "count"},
         "count": sum(r["count"] for r in rounds),
+        "failed": sum(r.get("failed", 0) for r in rounds),
         "p50_ms": median("p50_ms"),
         "p99_ms": median("p99_ms"),
         "p999_ms": median("p999_ms"),

@@ -218,20 +218,30 @@ async def _open_loop(
 async def produce_latency(
     system: System, stream: str, plan: Plan, size: int = 128
 ) -> dict[str, float]:
-    """Produce latency at a fixed moderate rate, open loop, measured from the due time."""
+    """Produce latency at a fixed moderate rate, open loop, measured from the due time.
+
+    A send that fails has no latency; it is counted in `failed`, never dropped silently
+    (a client that gives up in a stall would otherwise look faster for it).
+    """
     handle = await system.producer(stream)
     pool = payload_pool(size)
     latencies: list[float] = []
+    failed = 0
 
     async def send(due: float) -> None:
-        await handle.send_one(pool[len(latencies) % len(pool)])
+        nonlocal failed
+        try:
+            await handle.send_one(pool[(len(latencies) + failed) % len(pool)])
+        except Exception:
+            failed += 1
+            return
         latencies.append(time.perf_counter() - due)
 
     try:
         await _open_loop(plan.latency_rate, plan.latency_seconds, plan.max_in_flight, send)
     finally:
         await handle.close()
-    return {"rate_per_s": plan.latency_rate, **stats.latency_summary(latencies)}
+    return {"rate_per_s": plan.latency_rate, "failed": failed, **stats.latency_summary(latencies)}
 
 
 async def load(system: System, stream: str, count: int, seconds: float, size: int = 128) -> int:
