@@ -12,6 +12,7 @@ the connection breaks.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 
 from google.protobuf.message import DecodeError
@@ -159,7 +160,9 @@ class WireProduceCall(asyncio.Protocol):
         self._transport.write(wire.frame(wire.PRODUCE_REQUEST, request))
 
     async def done_writing(self) -> None:
-        if not self._lost and self._transport.can_write_eof():
+        if self._lost or self._transport.is_closing():
+            return  # the node is gone already: nothing to tell it
+        with contextlib.suppress(OSError):
             self._transport.write_eof()
 
     def cancel(self) -> None:
