@@ -689,7 +689,7 @@ class Producer:
                     (decode_offset(r.result.first_id.id), r.result.first_time_tick)
                 )
         elif kind == "txn":
-            return self._txn_answered(resp.txn)
+            self._txn_answered(resp.txn)
         elif kind == "close":
             return False
         return True
@@ -697,21 +697,20 @@ class Producer:
     def _ended(self, err: StreamingError | None) -> None:
         self._fail(err or Unavailable("producer stream closed"))
 
-    def _txn_answered(self, r: pb.TxnResponse) -> bool:
+    def _txn_answered(self, r: pb.TxnResponse) -> None:
         op = self._waiting.pop(r.request_id, None)
         self._slots.give()
         if op is None or op.future.done():
-            return True
+            return
         if r.WhichOneof("response") != "error":
             op.future.set_result(r)
-            return True
+            return
         err = StreamingError.from_proto(r.error)
         if self._resendable and op.commit and is_fencing_error(err):
             self._waiting[r.request_id] = op  # a commit is resent like a batch
             self._fail(err)
-            return True
+            return
         op.future.set_exception(err)
-        return True
 
     def _fail(self, err: StreamingError) -> None:
         if self._error is None:

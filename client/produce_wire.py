@@ -29,30 +29,22 @@ OnAnswer = Callable[[pb.ProduceResponse], bool]
 OnEnd = Callable[[StreamingError | None], None]
 
 
-class WireProduceCall(asyncio.Protocol):
+class WireProduceCall(wire.FramedProtocol):
     def __init__(self) -> None:
-        self._transport: asyncio.Transport | None = None
-        self._cutter = wire.FrameCutter()
+        super().__init__()
         self.first: asyncio.Future = asyncio.get_running_loop().create_future()
         self.ended: asyncio.Future = asyncio.get_running_loop().create_future()
         self._on_answer: OnAnswer | None = None
         self._on_end: OnEnd | None = None
         self._eof = False
         self._end_error: StreamingError | None = None
-        self._paused = False
-        self._writable = asyncio.Event()
-        self._writable.set()
-        self._lost = False
 
     # -- asyncio.Protocol ------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
         if self.ended.done():
             return
-        self._cutter.feed(data)
+        self.cutter.feed(data)
         self._pump()
 
     def eof_received(self) -> bool:
@@ -61,19 +53,12 @@ class WireProduceCall(asyncio.Protocol):
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._lost = True
-        self._writable.set()
+        super().connection_lost(exc)
         if not self._eof:
             self._eof = True
             if exc is not None:
                 self._end_error = Unavailable(f"produce port connection broke: {exc}")
         self._pump()
-
-    def pause_writing(self) -> None:
-        self._writable.clear()
-
-    def resume_writing(self) -> None:
-        self._writable.set()
 
     # -- answers in -----------------------------------------------------------------
 
@@ -87,12 +72,12 @@ class WireProduceCall(asyncio.Protocol):
     def _pump(self) -> None:
         while not self.ended.done():
             if self.first.done() and self._on_answer is None:
-                self._hold(True)  # answers wait for `listen`
+                self.hold_reading(True)  # answers wait for `listen`
                 return
             try:
-                got = self._cutter.next()
+                got = self.cutter.next()
                 if got is None and self._eof:
-                    self._cutter.check_ended()
+                    self.cutter.check_ended()
             except wire.FrameError as exc:
                 self._end(Unavailable(f"produce port connection broke: {exc}"))
                 return
@@ -101,12 +86,7 @@ class WireProduceCall(asyncio.Protocol):
                     self._end(self._end_error)
                 break
             self._take(*got)
-        self._hold(False)
-
-    def _hold(self, hold: bool) -> None:
-        if hold != self._paused and not self._lost:
-            self._paused = hold
-            (self._transport.pause_reading if hold else self._transport.resume_reading)()
+        self.hold_reading(False)
 
     def _take(self, kind: int, body: bytes) -> None:
         try:
@@ -141,32 +121,25 @@ class WireProduceCall(asyncio.Protocol):
     # -- requests out ---------------------------------------------------------------
 
     def send_header(self, header: pb.CreateProducerRequest) -> None:
-        self._transport.write(wire.frame(wire.CREATE_PRODUCER, header.SerializeToString()))
+        self.transport.write(wire.frame(wire.CREATE_PRODUCER, header.SerializeToString()))
 
     async def write(self, request: bytes) -> None:
         """Send one serialized ProduceRequest."""
-        self._transport.write(wire.frame(wire.PRODUCE_REQUEST, request))
-        await self._writable.wait()
-        if self._lost:
-            raise Unavailable("produce port connection broke")
-
-    def can_write_now(self) -> bool:
-        """Whether a frame written now goes out at once (nothing buffered before it)."""
-        transport = self._transport
-        return not transport.is_closing() and not transport.get_write_buffer_size()
+        self.transport.write(wire.frame(wire.PRODUCE_REQUEST, request))
+        await self.drain()
 
     def write_now(self, request: bytes) -> None:
         """Send one serialized ProduceRequest without waiting (see `can_write_now`)."""
-        self._transport.write(wire.frame(wire.PRODUCE_REQUEST, request))
+        self.transport.write(wire.frame(wire.PRODUCE_REQUEST, request))
 
     async def done_writing(self) -> None:
-        if self._lost or self._transport.is_closing():
+        if self.lost or self.transport.is_closing():
             return  # the node is gone already: nothing to tell it
         with contextlib.suppress(OSError):
-            self._transport.write_eof()
+            self.transport.write_eof()
 
     def cancel(self) -> None:
-        self._transport.close()
+        self.transport.close()
 
 
 async def open_wire_producer(

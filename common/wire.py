@@ -100,6 +100,48 @@ class FrameCutter:
         )
 
 
+class FramedProtocol(asyncio.Protocol):
+    """What both ends of the produce port share: frames cut as bytes arrive (`cutter`),
+    reading paused while the owner holds frames back, and writes that wait while the
+    transport's buffer is over its high-water mark."""
+
+    def __init__(self, limit: int = MAX_FRAME_BYTES) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.cutter = FrameCutter(limit)
+        self.lost = False
+        self._reading_paused = False
+        self._writable = asyncio.Event()
+        self._writable.set()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self._writable.set()  # a drain waiting for the peer ends (with an error)
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    def hold_reading(self, hold: bool) -> None:
+        """Stop (True) or restart reading the socket: TCP then holds the peer back."""
+        if hold != self._reading_paused and not self.lost:
+            self._reading_paused = hold
+            (self.transport.pause_reading if hold else self.transport.resume_reading)()
+
+    def can_write_now(self) -> bool:
+        """Whether a frame written now goes out at once (nothing buffered before it)."""
+        return not self.transport.is_closing() and not self.transport.get_write_buffer_size()
+
+    async def drain(self) -> None:
+        await self._writable.wait()
+        if self.lost:
+            raise ConnectionResetError("the connection is gone")
+
+
 async def read_frame(
     reader: asyncio.StreamReader, limit: int = MAX_FRAME_BYTES
 ) -> tuple[int, bytes] | None:

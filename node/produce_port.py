@@ -41,7 +41,7 @@ def _request(kind: int, body: bytes) -> pb.ProduceRequest | Malformed:
         return Malformed("ProduceRequest", exc)
 
 
-class _Connection(asyncio.Protocol, PushedRequests):
+class _Connection(wire.FramedProtocol, PushedRequests):
     """One producer's connection: its first frame is the header, the rest requests.
 
     Frames are cut as bytes arrive. Until the stream is attached (the header checked and
@@ -51,29 +51,24 @@ class _Connection(asyncio.Protocol, PushedRequests):
     """
 
     def __init__(self, port: ProducePort) -> None:
+        super().__init__(port.limit)
         self._port = port
-        self._cutter = wire.FrameCutter(port.limit)
-        self._transport: asyncio.Transport | None = None
         self._header: asyncio.Future = asyncio.get_running_loop().create_future()
         self._stream: ProduceStream | None = None
         self._done = False  # the stream ended or the input did: hand over nothing more
         self._eof = False
-        self._paused = False
         self._space_task: asyncio.Task | None = None
-        self._writable = asyncio.Event()
-        self._writable.set()
-        self._lost = False
 
     # -- asyncio.Protocol ------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]
+        super().connection_made(transport)
         self._port.opened(asyncio.ensure_future(self._serve()))
 
     def data_received(self, data: bytes) -> None:
         if self._done:
             return  # the stream is over; the connection closes once its answers are out
-        self._cutter.feed(data)
+        self.cutter.feed(data)
         self._pump()
 
     def eof_received(self) -> bool:
@@ -82,16 +77,9 @@ class _Connection(asyncio.Protocol, PushedRequests):
         return True  # keep our side open: answers (and an error) may still be due
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._lost = True
-        self._writable.set()
+        super().connection_lost(exc)
         self._eof = True
         self._pump()
-
-    def pause_writing(self) -> None:
-        self._writable.clear()
-
-    def resume_writing(self) -> None:
-        self._writable.set()
 
     # -- PushedRequests --------------------------------------------------------------
 
@@ -112,9 +100,9 @@ class _Connection(asyncio.Protocol, PushedRequests):
         """Hand over every whole frame the stream may take now; pause or resume reading."""
         while not self._done and not self._held():
             try:
-                got = self._cutter.next()
+                got = self.cutter.next()
                 if got is None and self._eof:
-                    self._cutter.check_ended()
+                    self.cutter.check_ended()
             except wire.FrameError as exc:
                 self._take_error(exc)
                 break
@@ -148,14 +136,9 @@ class _Connection(asyncio.Protocol, PushedRequests):
             self._stream.finish()
 
     def _flow(self) -> None:
-        transport = self._transport
-        if transport is None or self._lost:
-            return
         held = not self._done and self._held()
-        if held != self._paused:
-            self._paused = held
-            (transport.pause_reading if held else transport.resume_reading)()
-        if held and self._stream is not None and self._space_task is None:
+        self.hold_reading(held)
+        if held and not self.lost and self._stream is not None and self._space_task is None:
             self._space_task = asyncio.ensure_future(self._await_space(self._stream))
 
     async def _await_space(self, stream: ProduceStream) -> None:
@@ -168,26 +151,20 @@ class _Connection(asyncio.Protocol, PushedRequests):
     # -- answers out ----------------------------------------------------------------
 
     async def write(self, response: Answer) -> None:
-        self._transport.write(_answer_frame(response))
-        await self._drain()
+        self.transport.write(_answer_frame(response))
+        await self.drain()
 
     def write_now(self, response: Answer) -> bool:
-        transport = self._transport
-        if transport.is_closing() or transport.get_write_buffer_size():
+        if not self.can_write_now():
             return False  # a slow reader's backlog: `write` waits for it to drain
-        transport.write(_answer_frame(response))
+        self.transport.write(_answer_frame(response))
         return True
 
     async def abort(self, err: StreamingError) -> None:
-        self._transport.write(wire.frame(wire.ERROR, err.to_proto().SerializeToString()))
+        self.transport.write(wire.frame(wire.ERROR, err.to_proto().SerializeToString()))
         with contextlib.suppress(ConnectionError):
-            await self._drain()
-        self._transport.close()
-
-    async def _drain(self) -> None:
-        await self._writable.wait()
-        if self._lost:
-            raise ConnectionResetError("the producer's connection is gone")
+            await self.drain()
+        self.transport.close()
 
     # -- the stream -----------------------------------------------------------------
 
@@ -206,7 +183,7 @@ class _Connection(asyncio.Protocol, PushedRequests):
             self._done = True
             if self._space_task is not None:
                 self._space_task.cancel()
-            self._transport.close()
+            self.transport.close()
 
     async def _read_header(self) -> pb.CreateProducerRequest | None:
         try:
