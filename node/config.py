@@ -17,6 +17,9 @@ class NodeConfig:
     # On a new data dir (sync durability): filler written and dropped once so the first
     # appends overwrite a recycled WAL file (log_store.LogStore._prewarm_wal). 0: off.
     wal_prewarm_bytes: int = 64 * 1024 * 1024
+    # RocksDB compaction threads run at the lowest CPU priority, below the event loop
+    # (log_store._low_priority_compaction_env); "normal" leaves them at the node's.
+    compaction_priority: str = "low"
     max_message_bytes: int = 4 * 1024 * 1024
     time_tick_interval_s: float = 0.2
     retention_check_interval_s: float = 5.0

@@ -40,7 +40,10 @@ class NodeServer:
         started = time.perf_counter()
         sync = cfg.durability == "sync"
         self.store = LogStore(
-            cfg.data_dir, sync=sync, wal_prewarm_bytes=cfg.wal_prewarm_bytes if sync else 0
+            cfg.data_dir,
+            sync=sync,
+            wal_prewarm_bytes=cfg.wal_prewarm_bytes if sync else 0,
+            low_priority_compaction=cfg.compaction_priority == "low",
         )
         self.wal = Wal(self.store, cfg, self.metrics)
         self.wal.open()
