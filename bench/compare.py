@@ -19,7 +19,8 @@ import click
 from tqdm import tqdm
 
 from streamwal.bench import ceiling, failover, report, stats
-from streamwal.bench.runner import produce_key, run_system, steps
+from streamwal.bench.interleaved import interleaved_latency
+from streamwal.bench.runner import produce_key, run_system, steps, with_latency
 from streamwal.bench.workloads import Plan, System
 
 PEERS = ("streamwal", "streamwal_async", "streamwal_r3", "redis", "redis_always", "nats")
@@ -95,8 +96,9 @@ def rocks_steps(plan: Plan) -> int:
 async def run_compare(
     plan: Plan, only: tuple[str, ...], tick: Callable[[str], None], kills: int = 0
 ) -> dict:
-    """Every system in turn (one at a time: they share the machine), then the ceiling;
-    with `kills`, the replicated entry also gets its failover unavailability window."""
+    """Every system in turn (one at a time: they share the machine), then the ceiling,
+    then the latency rounds of all of them interleaved; with `kills`, the replicated
+    entry also gets its failover unavailability window."""
     systems: dict[str, dict] = {}
     for system in _systems(only):
         try:
@@ -117,10 +119,24 @@ async def run_compare(
         systems["streamwal_r3"]["failover"] = fo
         systems["streamwal_r3"]["failover_median_s"] = fo["median_s"]
         systems["streamwal_r3"]["failover_max_s"] = fo["max_s"]
+    noop = None
     if not only or "ceiling" in only:
         noop = await run_system(ceiling.NoopGrpc(), plan, tick)
+    # The headline latency: fresh instances of every system that ran, measured in turns.
+    entries = {n: e for n, e in systems.items() if "error" not in e}
+    measured: list[System] = [s for s in _systems(only) if s.name in entries]
+    if noop is not None:
+        measured.append(ceiling.NoopGrpc())
+        entries[ceiling.NoopGrpc.name] = noop
+    for name, latency in (await interleaved_latency(measured, plan, tick)).items():
+        with_latency(entries[name], latency)
+    if noop is not None:
         rocks = await asyncio.to_thread(rocks_suite, plan, tick)
-        systems["ceiling"] = report.ceiling_entry(noop, rocks)
+        systems["ceiling"] = (
+            {"error": noop["error"], "durability": noop["durability"]}
+            if "error" in noop
+            else report.ceiling_entry(noop, rocks)
+        )
     for subject in ("streamwal", "streamwal_async"):
         vs = report.ratios(systems, subject)
         if vs:

@@ -32,6 +32,7 @@ def ceiling_entry(noop: dict, rocks: dict[str, dict]) -> dict:
         "produce_p99_ms": noop["produce_p99_ms"],
         "produce_p999_ms": noop["produce_p999_ms"],
         "produce_p99_worst_ms": noop["produce_p99_worst_ms"],
+        "produce_after_burst_p99_ms": noop["produce_after_burst_p99_ms"],
         "consume_msgs_per_s": min(
             noop["consume_msgs_per_s"], rocks[f"read_record_{small}B"]["msgs_per_s"]
         ),
@@ -77,6 +78,7 @@ def table(systems: dict[str, dict], sizes: tuple[int, ...], producers: tuple[int
         "p99 ms",
         "p999 ms",
         "p99 worst",
+        "p99 after burst",
         "catch-up",
         "e2e p50",
         "e2e p99",
@@ -95,17 +97,21 @@ def table(systems: dict[str, dict], sizes: tuple[int, ...], producers: tuple[int
                 f"{e['produce_p99_ms']:.2f}",
                 f"{e['produce_p999_ms']:.2f}",
                 f"{e['produce_p99_worst_ms']:.2f}" if "produce_p99_worst_ms" in e else "-",
+                f"{e['produce_after_burst_p99_ms']:.2f}"
+                if "produce_after_burst_p99_ms" in e
+                else "-",
                 _k(e["consume_msgs_per_s"]),
                 f"{e['e2e_p50_ms']:.2f}",
                 f"{e['e2e_p99_ms']:.2f}",
             ]
         )
         notes.append(f"  {name}: {e['durability']}")
-        if e.get("latency", {}).get("failed"):
-            notes.append(
-                f"  {name}: {e['latency']['failed']} open-loop sends failed "
-                "(not in its latency percentiles)"
-            )
+        for key, what in (("latency", "interleaved"), ("latency_after_burst", "after-burst")):
+            if e.get(key, {}).get("failed"):
+                notes.append(
+                    f"  {name}: {e[key]['failed']} {what} open-loop sends failed "
+                    "(not in its latency percentiles)"
+                )
         if "failover" in e:
             fo = e["failover"]
             notes.append(

@@ -41,7 +41,7 @@ def rounds_summary(rounds: Sequence[dict]) -> dict:
     """Several rounds of one open-loop workload: the median of each percentile over the
     rounds as the headline, the worst round's p99 beside it, every round kept.
 
-    One 8-second round at 1000 msg/s has its p99 in its 80 slowest samples, so a single
+    One 5-second round at 1000 msg/s has its p99 in its 50 slowest samples, so a single
     stall of the machine (a slow fsync, a burst of writeback) decides it: the same
     harness gave Redis p99 1.15 and 7.83 ms in two full runs 40 minutes apart. The
     median says what is typical; the worst round and the rounds say what is not.

@@ -70,7 +70,7 @@ class Plan:
     window: int = 2  # produce batches in flight per producer
     latency_rate: float = 1000.0  # open-loop produce rate, messages/s
     latency_seconds: float = 5.0
-    latency_rounds: int = 1  # the first right after the produce runs (stats.rounds_summary)
+    latency_rounds: int = 1  # interleaved rounds per system (bench/interleaved.py)
     consume_count: int = 1_000_000
     load_seconds: float = 90.0  # cap on preparing the catch-up stream
     consume_seconds: float = 60.0
@@ -86,8 +86,8 @@ class Plan:
             return Plan(
                 produce_count=300_000,
                 produce_seconds=5.0,
-                latency_seconds=8.0,
-                latency_rounds=3,
+                latency_seconds=5.0,
+                latency_rounds=5,
                 load_seconds=40.0,
                 consume_seconds=30.0,
                 e2e_seconds=5.0,

@@ -66,6 +66,10 @@ def test_compare_smoke_prints_a_table_then_the_json_of_every_system(tmp_path):
         assert entry["durability"].strip(), name
         for run in entry["produce"].values():
             assert run["msgs_per_s"] > 0, (name, run)
+        if name != "ceiling":  # the interleaved rounds and the one right after the bursts
+            assert entry["latency"]["count"] > 0 and len(entry["latency"]["rounds"]) >= 1
+            assert entry["latency_after_burst"]["count"] > 0, name
+            assert entry["produce_after_burst_p99_ms"] > 0, name
         if "consume" in entry:  # every stored message was read back
             assert entry["consume"]["count"] == entry["consume"]["expected"], name
     sw = result["systems"]["streamwal"]

@@ -3,6 +3,7 @@
 import pytest
 
 from streamwal.bench import stats
+from streamwal.bench.interleaved import turns
 from streamwal.bench.report import ceiling_entry, ratios
 
 
@@ -78,6 +79,7 @@ def _entry(produce: float, consume: float, p99: float) -> dict:
         "produce_p99_ms": p99,
         "produce_p999_ms": p99 * 2,
         "produce_p99_worst_ms": p99 * 3,
+        "produce_after_burst_p99_ms": p99 * 4,
         "consume_msgs_per_s": consume,
         "e2e_p50_ms": 1.0,
         "e2e_p99_ms": 2.0,
@@ -112,3 +114,10 @@ def test_ratios_say_how_streamwal_compares():
     assert vs["consume_x_redis"] == 2.0
     assert vs["p99_ms_minus_redis"] == 1.0
     assert not any("nats" in k for k in vs)
+
+
+def test_interleaved_turns_measure_everyone_each_round_and_rotate_who_goes_first():
+    order = turns(["a", "b", "c"], 4)
+    assert order == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
+    assert all(sorted(r) == ["a", "b", "c"] for r in order)
+    assert turns([], 3) == []
