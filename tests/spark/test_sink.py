@@ -3,6 +3,8 @@ when a task fails after part of its rows were acknowledged and is retried."""
 
 from __future__ import annotations
 
+import gc
+import logging
 import time
 
 import pytest
@@ -50,7 +52,7 @@ def appended(address: str, pchannel: str) -> int:
         return sum(1 for _ in c.consumer(pchannel, 1, end_offset=end, time_ticks=False))
 
 
-def test_a_retried_task_does_not_duplicate_what_its_first_attempt_appended(start_node):
+def test_a_retried_task_does_not_duplicate_what_its_first_attempt_appended(start_node, caplog):
     """The task body (sink.run_write) run twice under one write id, as Spark retries a
     task: the first attempt dies after the node acknowledged two of its batches.
 
@@ -75,6 +77,11 @@ def test_a_retried_task_does_not_duplicate_what_its_first_attempt_appended(start
     with pytest.raises(RuntimeError, match="injected"):
         run_write(opts, "w1", rows(fail_at=2500))
     assert appended(node.address, "sk_retry") >= 2000
+    # The failed attempt left no producer behind: its stream's tasks ended with it, not
+    # "destroyed but pending" in a Spark worker's log once its loop was gone.
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        gc.collect()
+    assert "destroyed but it is pending" not in caplog.text
     commit = run_write(opts, "w1", rows(fail_at=None))
     assert commit.skipped["sk_retry"] >= 2000  # what the first attempt had appended
     assert commit.skipped["sk_retry"] + commit.appended["sk_retry"] == 4000
