@@ -13,6 +13,7 @@ import itertools
 import logging
 import os
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -101,6 +102,7 @@ class NodeClient:
             )
         self._use_produce_port = produce_port and not transport.tls
         self._produce_port: int | None = None  # from Describe; None: not asked yet
+        self._producers: weakref.WeakSet[Producer] = weakref.WeakSet()
 
     async def __aenter__(self) -> NodeClient:
         return self
@@ -109,6 +111,13 @@ class NodeClient:
         await self.close()
 
     async def close(self) -> None:
+        """End the producers opened here that are still open, without waiting for their
+        outstanding messages, then the channel. A produce port producer has a connection
+        of its own, and every producer a send task: neither may outlive its client (an
+        application that leaves `async with NodeClient(...)` on an error, a failed Spark
+        task in a reused worker)."""
+        for producer in list(self._producers):
+            await producer.abandon()
         await self._channel.close()
 
     async def wait_ready(self, timeout: float = 10.0) -> None:
@@ -236,6 +245,7 @@ class NodeClient:
 
     async def producer(self, pchannel: str, term: int, **options) -> Producer:
         producer = Producer(self._channel, pchannel, term, **options)
+        self._producers.add(producer)
         tried = set()
         while (where := await self._produce_address()) is not None and where not in tried:
             tried.add(where)

@@ -156,10 +156,6 @@ def _write(
     finally:
         for f in pending:
             f.cancel()
-        for t in targets.values():
-            # A failed task's producers end here too (closed ones return at once): Spark
-            # reuses its Python workers, so an open stream would outlive the task.
-            call(t.producer.abandon())
         for c in clients.values():
             call(c.close())
     return SinkCommit(

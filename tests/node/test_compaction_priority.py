@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -23,14 +22,10 @@ def _nice_by_thread(pid: int) -> dict[str, set[int]]:
 
 def _after_a_compaction(start_node, priority: str) -> dict[str, set[int]]:
     # The new store's WAL pre-warm ends with a manual compaction, which runs on the
-    # compaction pool; a pool thread takes its priority when it runs a job.
+    # compaction pool and is waited for before the node serves; a pool thread takes its
+    # priority when it starts a job.
     node = start_node(priority, "--wal-prewarm", "1MiB", "--compaction-priority", priority)
-    deadline = time.monotonic() + 5
-    threads = _nice_by_thread(node.proc.pid)
-    while 19 not in threads["rocksdb:low"] and time.monotonic() < deadline:
-        time.sleep(0.05)
-        threads = _nice_by_thread(node.proc.pid)
-    return threads
+    return _nice_by_thread(node.proc.pid)
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads Linux's /proc")

@@ -16,7 +16,7 @@ from streamwal import wire
 from streamwal.client import encoding
 from streamwal.client.node_client import NodeClient, replica_set
 from streamwal.client.policy import DeliverPolicy
-from streamwal.errors import UnmatchedChannelTerm
+from streamwal.errors import StreamingError, UnmatchedChannelTerm
 from streamwal.ids import decode_offset
 from streamwal.node.local import LocalNode
 from streamwal.proto import streaming_pb2 as pb
@@ -87,6 +87,19 @@ async def test_port_off_keeps_producers_on_grpc(start_node, pchannel) -> None:
         assert not _on_port(producer)
         await producer.send(b"x")
         await producer.close()
+
+
+async def test_closing_the_client_ends_its_producers(node: LocalNode, pchannel) -> None:
+    # A port producer has a connection of its own: closing only the client's gRPC
+    # channel left it sending, and its send task pending once the loop was gone.
+    client = NodeClient(node.address)
+    await client.assign(pchannel, 1)
+    producer = await client.producer(pchannel, 1)
+    assert _on_port(producer)
+    await producer.send(b"x")
+    await client.close()
+    with pytest.raises(StreamingError):
+        await producer.send(b"after the client closed")
 
 
 async def test_client_can_keep_producers_on_grpc(
