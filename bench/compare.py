@@ -34,8 +34,9 @@ def _systems(only: tuple[str, ...]) -> list[System]:
 
     made = {
         "streamwal": Streamwal,
-        # Redis everysec's and this NATS's durability class: acked once the OS has it.
-        "streamwal_async": lambda: Streamwal("async"),
+        # Redis everysec's and this NATS's durability class: acked once the OS has it; and
+        # their delivery guarantee: a batch resent after a lost ack may be stored twice.
+        "streamwal_async": lambda: Streamwal("async", idempotent=False),
         "streamwal_r3": lambda: Streamwal(replicas=3),
         "redis": RedisStreams,
         "redis_always": lambda: RedisStreams("always"),

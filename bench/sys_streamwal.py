@@ -86,15 +86,24 @@ class StreamwalReader:
 
 class Streamwal:
     """Node processes with their data in the run's temp dir: one, or `replicas` holding
-    every stream as a replicated pchannel (node 1 leads, producers ack at QUORUM)."""
+    every stream as a replicated pchannel (node 1 leads, producers ack at QUORUM).
 
-    def __init__(self, durability: str = "sync", replicas: int = 1) -> None:
+    `idempotent=False` opens producers without idempotence: the guarantee Redis's XADD
+    and a NATS publish without a message id give, so the two compare like for like.
+    """
+
+    def __init__(
+        self, durability: str = "sync", replicas: int = 1, idempotent: bool = True
+    ) -> None:
         self.name = (
             "streamwal"
             + ("_async" if durability == "async" else "")
             + (f"_r{replicas}" if replicas > 1 else "")
         )
         self.durability = DURABILITY[durability] if replicas == 1 else QUORUM.format(replicas)
+        if not idempotent:
+            self.durability += "; producers without idempotence (no dedup, as the peers)"
+        self._idempotent = idempotent
         self._mode = durability
         self._replicas = replicas
         self._servers: list[Server] = []
@@ -180,7 +189,8 @@ class Streamwal:
 
     async def producer(self, stream: str) -> StreamwalProducer:
         client = await self._client()
-        return StreamwalProducer(client, await client.producer(stream, term=TERM))
+        producer = await client.producer(stream, term=TERM, idempotent=self._idempotent)
+        return StreamwalProducer(client, producer)
 
     async def reader(self, stream: str, batch: int) -> StreamwalReader:
         from streamwal.client.policy import DeliverPolicy

@@ -409,6 +409,12 @@ class Producer:
     stream does not fail the pending sends: the owner (the routing layer) takes them with
     `detach_unacknowledged()` and hands them to a new producer with `adopt()`.
 
+    `idempotent=False` gives that up for latency: the node then keeps no per-producer
+    state and persists no result window with each batch (about a quarter of its work per
+    one-message batch on a small machine, docs/benchmarks.md), and a batch whose answer
+    was lost with a broken stream may be appended twice if the application sends it
+    again. Redis's XADD and a NATS publish without a message id give the same guarantee.
+
     `ack_level` on a replicated pchannel: "quorum" answers once the batch is stored on a
     majority of the replicas (the default with several), "leader" once synced on the leader.
     """
@@ -425,13 +431,23 @@ class Producer:
         max_in_flight: int = 8,
         resendable: bool = False,
         ack_level: str | None = None,
+        idempotent: bool = True,
     ) -> None:
         if ack_level not in ACK_LEVELS:
             raise ValueError(f"ack_level must be 'leader', 'quorum' or None, not {ack_level!r}")
+        if not idempotent and (producer_id is not None or resendable):
+            raise ValueError(
+                "a producer_id or resendable=True needs an idempotent producer: without one, "
+                "a resent batch would be appended twice"
+            )
         self.ack_level = ACK_LEVELS[ack_level]
         self.pchannel = pchannel
         self.term = term
-        self.producer_id = uuid.uuid4().hex if producer_id is None else producer_id
+        # The node keeps idempotence state only for a named producer: "" opts out.
+        if not idempotent:
+            self.producer_id = ""
+        else:
+            self.producer_id = uuid.uuid4().hex if producer_id is None else producer_id
         self._channel = channel
         self._max_bytes = max_batch_bytes
         self._max_messages = max_batch_messages
@@ -594,6 +610,8 @@ class Producer:
         batch once across restarts (the coord's broadcaster) names it the same every time.
         """
         self._raise_if_failed()
+        if sequence and not self.producer_id:
+            raise ValueError("a pinned sequence needs an idempotent producer")
         batch = _Batch(barrier_time_tick)
         batch.entries = entries
         batch.count = len(entries)
@@ -627,7 +645,7 @@ class Producer:
     def _dispatch(self, batch: _Batch) -> bytes:
         """Number `batch`, wait for its answer under a new request id, and frame it."""
         is_txn = isinstance(batch, _TxnOp)
-        if not batch.sequence and (not is_txn or batch.commit):
+        if not batch.sequence and self.producer_id and (not is_txn or batch.commit):
             batch.sequence = self._next_sequence
             self._next_sequence += 1
         rid = next(self._ids)

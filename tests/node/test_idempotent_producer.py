@@ -212,3 +212,40 @@ async def test_resendable_producer_hands_pending_batches_to_a_new_stream(
     assert sorted(m.payload for m in got) == sorted(b"m%d" % i for i in range(200))
     assert sorted(r[0].offset for r in results) == [m.offset for m in got]
     assert isinstance(new, Producer)
+
+
+async def test_a_producer_may_opt_out_of_idempotence(start_node, pchannel) -> None:
+    """`idempotent=False` (the peers' guarantee, for latency): its batches are appended
+    and read like any other, the node keeps no window for it and the records name no
+    producer, while an idempotent producer beside it still gets both."""
+    from streamwal.node import records
+    from streamwal.node.log_store import LogStore
+
+    node = start_node("n1")
+    async with NodeClient(node.address) as c:
+        await c.assign(pchannel, 1)
+        plain = await c.producer(pchannel, 1, idempotent=False)
+        named = await c.producer(pchannel, 1, producer_id="named")
+        assert plain.producer_id == ""
+        await plain.send(b"p1")
+        await plain.send_many([b"p2", b"p3"])
+        await named.send(b"n1")
+        with pytest.raises(ValueError, match="pinned sequence"):
+            await plain.send_batch([encoding.encode_entry(b"x")], sequence=7)
+        await plain.close()
+        await named.close()
+    assert await _payloads(node.address, pchannel) == [b"p1", b"p2", b"p3", b"n1"]
+    node.kill()
+    store = LogStore(node.data_dir, sync=False)
+    try:
+        assert [pid for pid, _ in store.producer_windows(pchannel)] == ["named"]
+        stored = [records.decode(v) for _, v in store.records_from(pchannel, 0, 100)]
+    finally:
+        store.close()
+    assert [r.producer for r in stored] == [None, None, ("named", 1)]
+
+
+@pytest.mark.parametrize("options", [{"producer_id": "x"}, {"resendable": True}])
+def test_naming_or_resending_needs_an_idempotent_producer(options: dict) -> None:
+    with pytest.raises(ValueError, match="needs an idempotent producer"):
+        Producer(None, "ch", 1, idempotent=False, **options)  # type: ignore[arg-type]
