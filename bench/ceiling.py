@@ -167,6 +167,12 @@ class NoopGrpc:
         self._server.start()
         await self._server.wait_ready(lambda: port_open(port))
 
+    @property
+    def server_pid(self) -> int:
+        """The process that answers producers (`bench trace` follows it)."""
+        assert self._server is not None, "not started"
+        return self._server.pid
+
     async def stop(self) -> None:
         if self._server is not None:
             self._server.stop()

@@ -12,6 +12,7 @@ from streamwal.cli import LazyGroup
         "node": "streamwal.bench.node:node",
         "compare": "streamwal.bench.compare:compare",
         "spark": "streamwal.bench.spark_read:spark",
+        "trace": "streamwal.bench.sched_trace:trace",
     },
 )
 def bench() -> None:

@@ -27,7 +27,7 @@ PEERS = ("streamwal", "streamwal_async", "streamwal_r3", "redis", "redis_always"
 FAILOVER_KILLS = {"full": 5, "quick": 2, "smoke": 1}
 
 
-def _systems(only: tuple[str, ...]) -> list[System]:
+def make_systems(only: tuple[str, ...]) -> list[System]:
     from streamwal.bench.peer_nats import NatsJetStream
     from streamwal.bench.peer_redis import RedisStreams
     from streamwal.bench.sys_streamwal import Streamwal
@@ -101,7 +101,7 @@ async def run_compare(
     then the latency rounds of all of them interleaved; with `kills`, the replicated
     entry also gets its failover unavailability window."""
     systems: dict[str, dict] = {}
-    for system in _systems(only):
+    for system in make_systems(only):
         try:
             systems[system.name] = await run_system(system, plan, tick)
         except ModuleNotFoundError as err:  # streamwal's client not built yet
@@ -125,7 +125,7 @@ async def run_compare(
         noop = await run_system(ceiling.NoopGrpc(), plan, tick)
     # The headline latency: fresh instances of every system that ran, measured in turns.
     entries = {n: e for n, e in systems.items() if "error" not in e}
-    measured: list[System] = [s for s in _systems(only) if s.name in entries]
+    measured: list[System] = [s for s in make_systems(only) if s.name in entries]
     if noop is not None:
         measured.append(ceiling.NoopGrpc())
         entries[ceiling.NoopGrpc.name] = noop
@@ -178,7 +178,7 @@ def compare(quick: bool, smoke: bool, out: str, only: tuple[str, ...]) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     name = _plan_name(quick, smoke)
     plan = Plan.named(name)
-    count = len(_systems(only)) + (1 if not only or "ceiling" in only else 0)
+    count = len(make_systems(only)) + (1 if not only or "ceiling" in only else 0)
     kills = FAILOVER_KILLS[name] if not only or "streamwal_r3" in only else 0
     total = count * steps(plan) + kills
     total += rocks_steps(plan) if not only or "ceiling" in only else 0

@@ -93,6 +93,12 @@ class NatsJetStream:
         await self._server.wait_ready(lambda: port_open(port))
         self._admin = await self._connect()
 
+    @property
+    def server_pid(self) -> int:
+        """The process that answers producers (`bench trace` follows it)."""
+        assert self._server is not None, "not started"
+        return self._server.pid
+
     async def stop(self) -> None:
         if self._admin is not None:
             with contextlib.suppress(Exception):

@@ -112,6 +112,12 @@ class RedisStreams:
         self._admin = self._client()
         await self._server.wait_ready(self._admin.ping)
 
+    @property
+    def server_pid(self) -> int:
+        """The process that answers producers (`bench trace` follows it)."""
+        assert self._server is not None, "not started"
+        return self._server.pid
+
     async def stop(self) -> None:
         if self._admin is not None:
             await self._admin.aclose()

@@ -59,6 +59,12 @@ class Server:
             log.close()
         _LIVE.add(self)
 
+    @property
+    def pid(self) -> int:
+        if self.proc is None:
+            raise RuntimeError(f"{self.name} is not running")
+        return self.proc.pid
+
     def log_tail(self, chars: int = 2000) -> str:
         with contextlib.suppress(OSError):
             return self.log_path.read_text(errors="replace")[-chars:]

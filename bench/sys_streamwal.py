@@ -163,6 +163,11 @@ class Streamwal:
             await server.wait_ready(lambda a=address: self._serving(a), timeout=30.0)
         self._admin = [await self._client(address) for _, address in self._members]
 
+    @property
+    def server_pid(self) -> int:
+        """The process that answers producers: node 1, the leader with replicas."""
+        return self._servers[0].pid
+
     async def stop(self) -> None:
         for admin in self._admin or ():
             with contextlib.suppress(Exception):

@@ -58,6 +58,11 @@ class System(Protocol):
     async def reader(self, stream: str, batch: int) -> Reader:
         """Reads the stream from its first message, then follows its tail."""
 
+    @property
+    def server_pid(self) -> int:
+        """The process that answers producers, while started (`bench trace`)."""
+        ...
+
 
 @dataclass(frozen=True)
 class Plan:

@@ -1,0 +1,292 @@
+"""`streamwal bench trace`: where a one-at-a-time send's latency goes, from the kernel.
+
+Timers inside a server only see the server, and they cost time themselves. The
+scheduler's own events (`sched_switch`, `sched_wakeup` in tracefs) show every process
+on the path without touching it: the client is switched in and wakes the server, the
+server runs until it wakes the client with the answer, the client runs again. At a
+moderate open-loop rate each send walks that path alone, so per send:
+
+- `server_wait_us`: from the client's request waking the server to a server thread
+  running (on a CPU shared with the client: the rest of the client's turn);
+- `server_us`: from then to the server's answer waking the client (the server's own
+  share of the latency, its syscalls included);
+- `client_send_us`: from the client being switched in (woken by the benchmark's clock
+  thread) to its waking the server;
+- `client_answer_us`: from the client being switched in after the server woke it to
+  its going to sleep again;
+- `wake_to_run_us`: from the server waking the client to the client running.
+
+The latency columns are measured with the trace on (recording costs the kernel a
+little per event), so they read a little slower than `bench compare`'s. Needs root and
+tracefs (mounted here if it is not). Peers run as in `bench compare`:
+each system started afresh, the rounds taken in turns (`bench/interleaved.py`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import click
+
+from streamwal.bench import stats
+from streamwal.bench import workloads as wl
+from streamwal.bench.interleaved import turns
+
+TRACEFS = Path("/sys/kernel/tracing")
+_EVENT = re.compile(
+    r"^\s*(?P<comm>.+?)-(?P<pid>\d+)\s+\[\d+\]\s+\S+\s+(?P<t>\d+\.\d+): "
+    r"(?P<kind>sched_switch|sched_wakeup): (?P<rest>.*)$"
+)
+_WAKEE = re.compile(r"\bpid=(\d+)\b")
+_PREV = re.compile(r"\bprev_pid=(\d+) .*\bprev_state=(\S+)")
+_NEXT = re.compile(r"\bnext_pid=(\d+)\b")
+
+
+@dataclass
+class Paths:
+    """Per-send spans in µs, as lists (one entry per send seen whole in the trace)."""
+
+    server_wait_us: list[float] = field(default_factory=list)
+    server_us: list[float] = field(default_factory=list)
+    client_send_us: list[float] = field(default_factory=list)
+    client_answer_us: list[float] = field(default_factory=list)
+    wake_to_run_us: list[float] = field(default_factory=list)
+
+    def extend(self, other: Paths) -> None:
+        for name in self.__dataclass_fields__:
+            getattr(self, name).extend(getattr(other, name))
+
+    def summary(self) -> dict[str, dict[str, float]]:
+        out = {}
+        for name in self.__dataclass_fields__:
+            values = sorted(getattr(self, name))
+            out[name] = {
+                "n": len(values),
+                **{
+                    f"p{q}": round(stats.percentile(values, q), 1) if values else 0.0
+                    for q in (50, 90, 99)
+                },
+            }
+        return out
+
+
+def parse(lines: Iterable[str], server: Collection[int], client: int) -> Paths:
+    """The spans of `Paths` from tracefs text (the `trace` file): `server` holds the
+    server's thread ids (a Go server answers from any of its threads), `client` is the
+    thread running the client's event loop.
+
+    A span is taken only when both of its ends are seen, so sends cut by the trace
+    window, or a server that never slept between request and answer, are left out.
+    """
+    out = Paths()
+    request_at: float | None = None  # the client woke the server
+    server_in: float | None = None  # ... and a server thread ran from then on
+    client_in: float | None = None  # the client was switched in at
+    answer_turn = False  # ... because the server woke it (else: the clock thread did)
+    client_woken: tuple[float, bool] | None = None  # (at, by the server), until it runs
+    for line in lines:
+        m = _EVENT.match(line)
+        if m is None:
+            continue
+        t = float(m["t"]) * 1e6
+        current = int(m["pid"])
+        rest = m["rest"]
+        if m["kind"] == "sched_wakeup":
+            wakee = _WAKEE.search(rest)
+            woken = int(wakee.group(1)) if wakee else -1
+            if woken == client:
+                by_server = current in server
+                client_woken = (t, by_server)
+                if by_server and server_in is not None:
+                    out.server_us.append(t - server_in)
+                request_at = server_in = None
+            elif woken in server and current == client:
+                request_at, server_in = t, None
+                if client_in is not None and not answer_turn:
+                    out.client_send_us.append(t - client_in)
+                client_in = None
+            continue
+        prev, nxt = _PREV.search(rest), _NEXT.search(rest)
+        if prev is None or nxt is None:
+            continue
+        asleep = prev.group(2).startswith(("S", "D"))  # not preempted: done for now
+        if int(nxt.group(1)) in server and request_at is not None and server_in is None:
+            server_in = t
+            out.server_wait_us.append(t - request_at)
+        if int(prev.group(1)) == client and asleep and client_in is not None:
+            if answer_turn:
+                out.client_answer_us.append(t - client_in)
+            client_in = None
+        if int(nxt.group(1)) == client and client_woken is not None:
+            client_in = t
+            answer_turn = client_woken[1]
+            if answer_turn:
+                out.wake_to_run_us.append(t - client_woken[0])
+            client_woken = None
+    return out
+
+
+def threads(pid: int) -> set[int]:
+    """The thread ids of a live process (its pid included)."""
+    with contextlib.suppress(OSError):
+        return {int(tid) for tid in os.listdir(f"/proc/{pid}/task")} | {pid}
+    return {pid}
+
+
+def _tracefs() -> Path:
+    """The tracefs root, mounted if needed; raises ClickException saying why not."""
+    if not (TRACEFS / "trace").exists():
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run(
+                ["mount", "-t", "tracefs", "nodev", str(TRACEFS)], check=True, capture_output=True
+            )
+    if not os.access(TRACEFS / "trace", os.W_OK):
+        raise click.ClickException(
+            f"needs tracefs at {TRACEFS}, writable (run as root; "
+            f"`mount -t tracefs nodev {TRACEFS}`)"
+        )
+    return TRACEFS
+
+
+class _Tracer:
+    """The scheduler events, switched on for a window of a round."""
+
+    def __init__(self, root: Path) -> None:
+        self._root = root
+
+    def _write(self, name: str, value: str) -> None:
+        (self._root / name).write_text(value)
+
+    def __enter__(self) -> _Tracer:
+        self._write("tracing_on", "0")
+        self._write("buffer_size_kb", "20000")
+        self._write("set_event", "sched:sched_switch sched:sched_wakeup")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._write("tracing_on", "0")
+        self._write("set_event", "")
+
+    async def window(self, delay: float, seconds: float) -> None:
+        """Events of `seconds` after `delay`; read them with `lines` once the round is
+        over (reading megabytes of text on the event loop would stall the sends)."""
+        await asyncio.sleep(delay)
+        self._write("trace", "")
+        self._write("tracing_on", "1")
+        await asyncio.sleep(seconds)
+        self._write("tracing_on", "0")
+
+    def lines(self) -> list[str]:
+        return (self._root / "trace").read_text().splitlines()
+
+
+async def trace_rounds(
+    systems: Sequence[wl.System], plan: wl.Plan, window_s: float, tick
+) -> dict[str, dict]:
+    """Every system started afresh; per round each in turn: an open-loop latency round
+    with the trace on for `window_s` in its middle."""
+    root = _tracefs()
+    paths = {s.name: Paths() for s in systems}
+    latency: dict[str, list[dict]] = {s.name: [] for s in systems}
+    by_name = {s.name: s for s in systems}
+    with contextlib.ExitStack() as dirs, _Tracer(root) as tracer:
+        started: list[wl.System] = []
+        try:
+            for system in systems:
+                workdir = Path(dirs.enter_context(tempfile.TemporaryDirectory(prefix="bench-")))
+                await system.start(workdir)
+                started.append(system)
+            for k, order in enumerate(turns([s.name for s in systems], plan.latency_rounds), 1):
+                for name in order:
+                    system = by_name[name]
+                    stream = f"trace-{k}"
+                    await system.create_stream(stream)
+                    delay = max(0.0, (plan.latency_seconds - window_s) / 2)
+                    window = asyncio.ensure_future(tracer.window(delay, window_s))
+                    server = threads(system.server_pid)
+                    try:
+                        latency[name].append(await wl.produce_latency(system, stream, plan))
+                    finally:
+                        await window
+                        await system.drop_stream(stream)
+                    paths[name].extend(parse(tracer.lines(), server, threading.get_native_id()))
+                    tick(f"round {k}/{plan.latency_rounds} {name}")
+        finally:
+            for system in started:
+                with contextlib.suppress(Exception):
+                    await system.stop()
+    return {
+        name: {"latency": stats.rounds_summary(latency[name]), **paths[name].summary()}
+        for name in paths
+    }
+
+
+def _table(results: dict[str, dict]) -> str:
+    rows = [
+        "system            p50 ms  p99 ms  server µs p50 / p90 / p99  server wait"
+        "  client send  answer  wake→run"
+    ]
+    for name, r in results.items():
+        lat, s = r["latency"], r["server_us"]
+        spans = f"{s['p50']:.0f} / {s['p90']:.0f} / {s['p99']:.0f}"
+        rows.append(
+            f"{name:<16} {lat['p50_ms']:>7.3f} {lat['p99_ms']:>7.3f}  {spans:>25}"
+            f"  {r['server_wait_us']['p50']:>11.0f}  {r['client_send_us']['p50']:>11.0f}"
+            f"  {r['client_answer_us']['p50']:>6.0f}  {r['wake_to_run_us']['p50']:>8.0f}"
+        )
+    return "\n".join(rows)
+
+
+@click.command("trace")
+@click.option(
+    "--system",
+    "names",
+    multiple=True,
+    default=("streamwal_async", "redis", "nats"),
+    show_default=True,
+    help="Systems to trace, as named by `bench compare` (repeatable).",
+)
+@click.option("--rounds", default=3, show_default=True, help="Rounds per system, in turns.")
+@click.option("--seconds", default=5.0, show_default=True, help="Length of each round.")
+@click.option(
+    "--window", default=2.0, show_default=True, help="Seconds of each round under the trace."
+)
+def trace(names: tuple[str, ...], rounds: int, seconds: float, window: float) -> None:
+    """Where a one-at-a-time send's latency goes: server, client, wake-ups (needs root).
+
+    Open-loop sends at 1000 msg/s, as `bench compare` measures latency, with the
+    kernel's scheduler events traced; prints a table, then one JSON object.
+    """
+    import uvloop
+    from tqdm import tqdm
+
+    from streamwal.bench.compare import PEERS, make_systems
+
+    unknown = sorted(set(names) - set(PEERS))
+    if unknown:
+        raise click.BadParameter(f"unknown: {', '.join(unknown)} (one of {', '.join(PEERS)})")
+    plan = dataclasses.replace(
+        wl.Plan.named("full"), latency_rounds=rounds, latency_seconds=seconds
+    )
+    systems = make_systems(names)
+    with tqdm(total=rounds * len(systems), file=sys.stderr, unit="round", leave=False) as bar:
+
+        def tick(label: str) -> None:
+            bar.set_postfix_str(label, refresh=False)
+            bar.update()
+
+        results = uvloop.run(trace_rounds(systems, plan, min(window, seconds), tick))
+    click.echo(_table(results))
+    click.echo(json.dumps({"systems": results}))
