@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 
 from streamwal.bench import stats
@@ -28,13 +28,12 @@ def turns(names: Sequence[str], rounds: int) -> list[list[str]]:
     return [[names[(k + i) % n] for i in range(n)] for k in range(rounds)] if n else []
 
 
-async def interleaved_latency(
-    systems: Sequence[System], plan: Plan, tick: Callable[[str], None]
-) -> dict[str, dict]:
-    """Per system: `stats.rounds_summary` of its rounds, or {"error": ...} if it failed
-    to start or in a round (it then leaves the rotation; the others go on)."""
-    by_name = {s.name: s for s in systems}
-    rounds: dict[str, list[dict]] = {name: [] for name in by_name}
+@contextlib.asynccontextmanager
+async def started_afresh(
+    systems: Sequence[System],
+) -> AsyncIterator[tuple[list[System], dict[str, str]]]:
+    """Every system started in a temp dir of its own and all of them up together:
+    (started, {name: why it failed to start}); each started one is stopped at the end."""
     errors: dict[str, str] = {}
     with contextlib.ExitStack() as dirs:
         started: list[System] = []
@@ -49,20 +48,31 @@ async def interleaved_latency(
                         await system.stop()
                     continue
                 started.append(system)
-            for k, order in enumerate(turns([s.name for s in started], plan.latency_rounds), 1):
-                for name in order:
-                    if name in errors:
-                        tick(f"latency {k}/{plan.latency_rounds} {name} (failed before)")
-                        continue
-                    try:
-                        rounds[name].append(await _round(by_name[name], f"latency-{k}", plan))
-                    except Exception as err:
-                        errors[name] = f"{type(err).__name__}: {err}"
-                    tick(f"latency {k}/{plan.latency_rounds} {name}")
+            yield started, errors
         finally:
             for system in started:
                 with contextlib.suppress(Exception):
                     await system.stop()
+
+
+async def interleaved_latency(
+    systems: Sequence[System], plan: Plan, tick: Callable[[str], None]
+) -> dict[str, dict]:
+    """Per system: `stats.rounds_summary` of its rounds, or {"error": ...} if it failed
+    to start or in a round (it then leaves the rotation; the others go on)."""
+    by_name = {s.name: s for s in systems}
+    rounds: dict[str, list[dict]] = {name: [] for name in by_name}
+    async with started_afresh(systems) as (started, errors):
+        for k, order in enumerate(turns([s.name for s in started], plan.latency_rounds), 1):
+            for name in order:
+                if name in errors:
+                    tick(f"latency {k}/{plan.latency_rounds} {name} (failed before)")
+                    continue
+                try:
+                    rounds[name].append(await _round(by_name[name], f"latency-{k}", plan))
+                except Exception as err:
+                    errors[name] = f"{type(err).__name__}: {err}"
+                tick(f"latency {k}/{plan.latency_rounds} {name}")
     return {
         name: {"error": f"latency rounds: {errors[name]}"}
         if name in errors

@@ -32,7 +32,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -42,7 +41,7 @@ import click
 
 from streamwal.bench import stats
 from streamwal.bench import workloads as wl
-from streamwal.bench.interleaved import turns
+from streamwal.bench.interleaved import started_afresh, turns
 
 TRACEFS = Path("/sys/kernel/tracing")
 _EVENT = re.compile(
@@ -201,13 +200,10 @@ async def trace_rounds(
     paths = {s.name: Paths() for s in systems}
     latency: dict[str, list[dict]] = {s.name: [] for s in systems}
     by_name = {s.name: s for s in systems}
-    with contextlib.ExitStack() as dirs, _Tracer(root) as tracer:
-        started: list[wl.System] = []
-        try:
-            for system in systems:
-                workdir = Path(dirs.enter_context(tempfile.TemporaryDirectory(prefix="bench-")))
-                await system.start(workdir)
-                started.append(system)
+    async with started_afresh(systems) as (_, errors):
+        if errors:
+            raise click.ClickException(f"could not start: {errors}")
+        with _Tracer(root) as tracer:
             for k, order in enumerate(turns([s.name for s in systems], plan.latency_rounds), 1):
                 for name in order:
                     system = by_name[name]
@@ -223,10 +219,6 @@ async def trace_rounds(
                         await system.drop_stream(stream)
                     paths[name].extend(parse(tracer.lines(), server, threading.get_native_id()))
                     tick(f"round {k}/{plan.latency_rounds} {name}")
-        finally:
-            for system in started:
-                with contextlib.suppress(Exception):
-                    await system.stop()
     return {
         name: {"latency": stats.rounds_summary(latency[name]), **paths[name].summary()}
         for name in paths
