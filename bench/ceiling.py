@@ -25,7 +25,7 @@ from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 from streamwal import transport
 from streamwal.bench import stats
 from streamwal.bench.noop_server import CONSUMER_HEADER, PRODUCER_HEADER
-from streamwal.bench.procs import HOST, Server, free_port, port_open
+from streamwal.bench.procs import HOST, OneServer, Server, free_port, port_open
 from streamwal.proto import streaming_pb2 as pb
 from streamwal.proto import streaming_pb2_grpc as pbg
 
@@ -146,7 +146,7 @@ class GrpcReader:
         await self._channel.close()
 
 
-class NoopGrpc:
+class NoopGrpc(OneServer):
     """The no-op server in its own process, as a System for the shared workloads."""
 
     name = "grpc_noop"
@@ -166,12 +166,6 @@ class NoopGrpc:
         )
         self._server.start()
         await self._server.wait_ready(lambda: port_open(port))
-
-    @property
-    def server_pid(self) -> int:
-        """The process that answers producers (`bench trace` follows it)."""
-        assert self._server is not None, "not started"
-        return self._server.pid
 
     async def stop(self) -> None:
         if self._server is not None:

@@ -69,7 +69,7 @@ async def interleaved_latency(
                     tick(f"latency {k}/{plan.latency_rounds} {name} (failed before)")
                     continue
                 try:
-                    rounds[name].append(await _round(by_name[name], f"latency-{k}", plan))
+                    rounds[name].append(await latency_round(by_name[name], f"latency-{k}", plan))
                 except Exception as err:
                     errors[name] = f"{type(err).__name__}: {err}"
                 tick(f"latency {k}/{plan.latency_rounds} {name}")
@@ -81,7 +81,8 @@ async def interleaved_latency(
     }
 
 
-async def _round(system: System, stream: str, plan: Plan) -> dict:
+async def latency_round(system: System, stream: str, plan: Plan) -> dict:
+    """One open-loop latency round on a stream of its own, dropped afterwards."""
     await system.create_stream(stream)
     try:
         return await wl.produce_latency(system, stream, plan)

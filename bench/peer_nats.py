@@ -15,7 +15,7 @@ from pathlib import Path
 import nats
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 
-from streamwal.bench.procs import HOST, Server, free_port, port_open
+from streamwal.bench.procs import HOST, OneServer, Server, free_port, port_open
 
 DURABILITY = (
     "JetStream file storage, 1 replica: acked once written to the OS; "
@@ -64,7 +64,7 @@ class NatsReader:
         await self._nc.close()
 
 
-class NatsJetStream:
+class NatsJetStream(OneServer):
     """One nats-server per instance with JetStream's store in the work dir."""
 
     name = "nats"
@@ -92,12 +92,6 @@ class NatsJetStream:
         self._server.start()
         await self._server.wait_ready(lambda: port_open(port))
         self._admin = await self._connect()
-
-    @property
-    def server_pid(self) -> int:
-        """The process that answers producers (`bench trace` follows it)."""
-        assert self._server is not None, "not started"
-        return self._server.pid
 
     async def stop(self) -> None:
         if self._admin is not None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
-from streamwal.bench.procs import HOST, Server, free_port, port_open
+from streamwal.bench.procs import HOST, OneServer, Server, free_port, port_open
 
 _DURABILITY = {
     "everysec": "AOF appendfsync everysec: acked once in the OS, fsync once a second "
@@ -60,7 +60,7 @@ class RedisReader:
         await self._client.aclose()
 
 
-class RedisStreams:
+class RedisStreams(OneServer):
     """One redis-server per instance, AOF on, RDB snapshots off, in a temp dir."""
 
     def __init__(self, fsync: str = "everysec") -> None:
@@ -111,12 +111,6 @@ class RedisStreams:
         await self._server.wait_ready(lambda: port_open(self._port))
         self._admin = self._client()
         await self._server.wait_ready(self._admin.ping)
-
-    @property
-    def server_pid(self) -> int:
-        """The process that answers producers (`bench trace` follows it)."""
-        assert self._server is not None, "not started"
-        return self._server.pid
 
     async def stop(self) -> None:
         if self._admin is not None:

@@ -103,3 +103,16 @@ async def port_open(port: int) -> bool:
     with contextlib.suppress(Exception):
         await writer.wait_closed()
     return True
+
+
+class OneServer:
+    """A benchmarked system served by one `Server` of its own (`_server`, once started)."""
+
+    _server: Server | None
+
+    @property
+    def server_pid(self) -> int:
+        """The process that answers producers (`bench trace` follows it)."""
+        if self._server is None:
+            raise RuntimeError(f"{type(self).__name__} is not started")
+        return self._server.pid

@@ -41,7 +41,7 @@ import click
 
 from streamwal.bench import stats
 from streamwal.bench import workloads as wl
-from streamwal.bench.interleaved import started_afresh, turns
+from streamwal.bench.interleaved import latency_round, started_afresh, turns
 
 TRACEFS = Path("/sys/kernel/tracing")
 _EVENT = re.compile(
@@ -207,16 +207,13 @@ async def trace_rounds(
             for k, order in enumerate(turns([s.name for s in systems], plan.latency_rounds), 1):
                 for name in order:
                     system = by_name[name]
-                    stream = f"trace-{k}"
-                    await system.create_stream(stream)
                     delay = max(0.0, (plan.latency_seconds - window_s) / 2)
                     window = asyncio.ensure_future(tracer.window(delay, window_s))
                     server = threads(system.server_pid)
                     try:
-                        latency[name].append(await wl.produce_latency(system, stream, plan))
+                        latency[name].append(await latency_round(system, f"trace-{k}", plan))
                     finally:
                         await window
-                        await system.drop_stream(stream)
                     paths[name].extend(parse(tracer.lines(), server, threading.get_native_id()))
                     tick(f"round {k}/{plan.latency_rounds} {name}")
     return {
