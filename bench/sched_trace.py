@@ -1,20 +1,27 @@
 """`streamwal bench trace`: where a one-at-a-time send's latency goes, from the kernel.
 
 Timers inside a server only see the server, and they cost time themselves. The
-scheduler's own events (`sched_switch`, `sched_wakeup` in tracefs) show every process
+scheduler's own events (`sched_switch`, `sched_waking` in tracefs) show every process
 on the path without touching it: the client is switched in and wakes the server, the
 server runs until it wakes the client with the answer, the client runs again. At a
 moderate open-loop rate each send walks that path alone, so per send:
 
-- `server_wait_us`: from the client's request waking the server to a server thread
-  running (on a CPU shared with the client: the rest of the client's turn);
-- `server_us`: from then to the server's answer waking the client (the server's own
-  share of the latency, its syscalls included);
-- `client_send_us`: from the client being switched in (woken by the benchmark's clock
-  thread) to its waking the server;
-- `client_answer_us`: from the client being switched in after the server woke it to
-  its going to sleep again;
-- `wake_to_run_us`: from the server waking the client to the client running.
+- `client_send_us`: from the client being woken for a send (by the benchmark's clock
+  thread) to its request waking the server;
+- `server_us`: from the request waking the server to the server's answer waking the
+  client: the server's share of the latency, its wait to run and syscalls included;
+- `client_answer_us`: from the answer waking the client to the client going to sleep.
+
+The three add up to the send's path through the kernel. Two waits inside them are
+split off where the kernel records the switch-in (not always, for a task switched in
+from the idle task): `server_wait_us`, from the request waking the server to a server
+thread running (on a CPU shared with the client: the rest of the client's turn), and
+`wake_to_run_us`, from the answer waking the client to the client running.
+
+Wake-ups are read from `sched_waking`, which the kernel records in the waker's own
+context: `sched_wakeup` of a task on another, idle CPU is recorded there, under the
+idle task, and would hide who woke it. The events of both CPUs are merged on the
+`global` trace clock, which is in step across CPUs (`local`, the default, need not be).
 
 The latency columns are measured with the trace on (recording costs the kernel a
 little per event), so they read a little slower than `bench compare`'s. Needs root and
@@ -46,7 +53,7 @@ from streamwal.bench.interleaved import latency_round, started_afresh, turns
 TRACEFS = Path("/sys/kernel/tracing")
 _EVENT = re.compile(
     r"^\s*(?P<comm>.+?)-(?P<pid>\d+)\s+\[\d+\]\s+\S+\s+(?P<t>\d+\.\d+): "
-    r"(?P<kind>sched_switch|sched_wakeup): (?P<rest>.*)$"
+    r"(?P<kind>sched_switch|sched_waking): (?P<rest>.*)$"
 )
 _WAKEE = re.compile(r"\bpid=(\d+)\b")
 _PREV = re.compile(r"\bprev_pid=(\d+) .*\bprev_state=(\S+)")
@@ -57,10 +64,10 @@ _NEXT = re.compile(r"\bnext_pid=(\d+)\b")
 class Paths:
     """Per-send spans in µs, as lists (one entry per send seen whole in the trace)."""
 
-    server_wait_us: list[float] = field(default_factory=list)
-    server_us: list[float] = field(default_factory=list)
     client_send_us: list[float] = field(default_factory=list)
+    server_us: list[float] = field(default_factory=list)
     client_answer_us: list[float] = field(default_factory=list)
+    server_wait_us: list[float] = field(default_factory=list)
     wake_to_run_us: list[float] = field(default_factory=list)
 
     def extend(self, other: Paths) -> None:
@@ -86,15 +93,18 @@ def parse(lines: Iterable[str], server: Collection[int], client: int) -> Paths:
     server's thread ids (a Go server answers from any of its threads), `client` is the
     thread running the client's event loop.
 
-    A span is taken only when both of its ends are seen, so sends cut by the trace
-    window, or a server that never slept between request and answer, are left out.
+    The three turns are cut at wake-ups and at the client's going to sleep, which the
+    kernel records in the acting task's own context; the switch-ins that split off the
+    wait to run are taken where the kernel records them (a task switched in from the
+    idle task is not always recorded). A span is taken only when both of its ends are
+    seen, so sends cut by the trace window are left out.
     """
     out = Paths()
+    send_from: float | None = None  # the client was woken for a send (not by the server)
     request_at: float | None = None  # the client woke the server
-    server_in: float | None = None  # ... and a server thread ran from then on
-    client_in: float | None = None  # the client was switched in at
-    answer_turn = False  # ... because the server woke it (else: the clock thread did)
-    client_woken: tuple[float, bool] | None = None  # (at, by the server), until it runs
+    server_ran = False  # ... and a server thread was seen switched in since
+    answer_at: float | None = None  # the server woke the client
+    answer_ran = False  # ... and the client was seen switched in since
     for line in lines:
         m = _EVENT.match(line)
         if m is None:
@@ -102,38 +112,34 @@ def parse(lines: Iterable[str], server: Collection[int], client: int) -> Paths:
         t = float(m["t"]) * 1e6
         current = int(m["pid"])
         rest = m["rest"]
-        if m["kind"] == "sched_wakeup":
+        if m["kind"] == "sched_waking":
             wakee = _WAKEE.search(rest)
             woken = int(wakee.group(1)) if wakee else -1
-            if woken == client:
-                by_server = current in server
-                client_woken = (t, by_server)
-                if by_server and server_in is not None:
-                    out.server_us.append(t - server_in)
-                request_at = server_in = None
+            if woken == client and current in server:
+                if request_at is not None:
+                    out.server_us.append(t - request_at)
+                request_at, answer_at, answer_ran = None, t, False
+            elif woken == client:
+                send_from = t
             elif woken in server and current == client:
-                request_at, server_in = t, None
-                if client_in is not None and not answer_turn:
-                    out.client_send_us.append(t - client_in)
-                client_in = None
+                if send_from is not None:
+                    out.client_send_us.append(t - send_from)
+                send_from, request_at, server_ran = None, t, False
             continue
         prev, nxt = _PREV.search(rest), _NEXT.search(rest)
         if prev is None or nxt is None:
             continue
-        asleep = prev.group(2).startswith(("S", "D"))  # not preempted: done for now
-        if int(nxt.group(1)) in server and request_at is not None and server_in is None:
-            server_in = t
+        if int(nxt.group(1)) in server and request_at is not None and not server_ran:
+            server_ran = True
             out.server_wait_us.append(t - request_at)
-        if int(prev.group(1)) == client and asleep and client_in is not None:
-            if answer_turn:
-                out.client_answer_us.append(t - client_in)
-            client_in = None
-        if int(nxt.group(1)) == client and client_woken is not None:
-            client_in = t
-            answer_turn = client_woken[1]
-            if answer_turn:
-                out.wake_to_run_us.append(t - client_woken[0])
-            client_woken = None
+        if int(nxt.group(1)) == client and answer_at is not None and not answer_ran:
+            answer_ran = True
+            out.wake_to_run_us.append(t - answer_at)
+        if int(prev.group(1)) == client and prev.group(2).startswith(("S", "D")):
+            # asleep, not preempted: the client's turn is over
+            if answer_at is not None:
+                out.client_answer_us.append(t - answer_at)
+            send_from = answer_at = None
     return out
 
 
@@ -164,19 +170,24 @@ class _Tracer:
 
     def __init__(self, root: Path) -> None:
         self._root = root
+        self._clock = "local"
 
     def _write(self, name: str, value: str) -> None:
         (self._root / name).write_text(value)
 
     def __enter__(self) -> _Tracer:
         self._write("tracing_on", "0")
+        current = re.search(r"\[(\S+)\]", (self._root / "trace_clock").read_text())
+        self._clock = current.group(1) if current else "local"
+        self._write("trace_clock", "global")
         self._write("buffer_size_kb", "20000")
-        self._write("set_event", "sched:sched_switch sched:sched_wakeup")
+        self._write("set_event", "sched:sched_switch sched:sched_waking")
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._write("tracing_on", "0")
         self._write("set_event", "")
+        self._write("trace_clock", self._clock)
 
     async def window(self, delay: float, seconds: float) -> None:
         """Events of `seconds` after `delay`; read them with `lines` once the round is
@@ -223,17 +234,22 @@ async def trace_rounds(
 
 
 def _table(results: dict[str, dict]) -> str:
+    """Medians in µs but for the server's tail; a wait the kernel did not record is `-`."""
+
+    def p50(span: dict[str, float]) -> str:
+        return f"{span['p50']:.0f}" if span["n"] else "-"
+
     rows = [
-        "system            p50 ms  p99 ms  server µs p50 / p90 / p99  server wait"
-        "  client send  answer  wake→run"
+        "system            p50 ms  p99 ms  sends  client send  server µs p50 / p90 / p99"
+        "  answer  server wait  wake→run"
     ]
     for name, r in results.items():
         lat, s = r["latency"], r["server_us"]
         spans = f"{s['p50']:.0f} / {s['p90']:.0f} / {s['p99']:.0f}"
         rows.append(
-            f"{name:<16} {lat['p50_ms']:>7.3f} {lat['p99_ms']:>7.3f}  {spans:>25}"
-            f"  {r['server_wait_us']['p50']:>11.0f}  {r['client_send_us']['p50']:>11.0f}"
-            f"  {r['client_answer_us']['p50']:>6.0f}  {r['wake_to_run_us']['p50']:>8.0f}"
+            f"{name:<16} {lat['p50_ms']:>7.3f} {lat['p99_ms']:>7.3f}  {s['n']:>5}"
+            f"  {p50(r['client_send_us']):>11}  {spans:>25}  {p50(r['client_answer_us']):>6}"
+            f"  {p50(r['server_wait_us']):>11}  {p50(r['wake_to_run_us']):>8}"
         )
     return "\n".join(rows)
 

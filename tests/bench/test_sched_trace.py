@@ -1,8 +1,12 @@
 """`streamwal bench trace`: the spans read from the kernel's scheduler events.
 
-The parser is checked on lines the kernel wrote (one_send.trace: one send of a streamwal node, pid
-12167, answered to the benchmark's client, pid 12166, whose clock thread is 12242);
-the command end to end where this machine lets it trace (root and tracefs).
+The parser is checked on lines the kernel wrote for one send each:
+- one_send.trace: a streamwal node (pid 12167) and the benchmark's client (12166, its
+  clock thread 12242) on one CPU, the traces holding `sched_wakeup` lines as well;
+- cross_cpu_send.trace: the node (15730) on the other CPU from the client (15723, its
+  clock thread 15808); the kernel recorded no switch-in of the node from the idle task,
+  as on the machine where the first parser, which needed it, saw 4 sends of ~1000.
+The command runs end to end where this machine lets it trace (root and tracefs).
 """
 
 import json
@@ -15,31 +19,42 @@ import pytest
 
 from streamwal.bench.sched_trace import TRACEFS, parse
 
-ONE_SEND = (Path(__file__).parent / "one_send.trace").read_text()
+ONE_SEND = (Path(__file__).parent / "one_send.trace").read_text().splitlines()
+CROSS_CPU_SEND = (Path(__file__).parent / "cross_cpu_send.trace").read_text().splitlines()
 
 
 def test_one_send_splits_into_client_server_client() -> None:
-    got = parse(ONE_SEND.splitlines(), server={12167}, client=12166)
-    assert got.client_send_us == [pytest.approx(55, abs=0.5)]  # 609630 -> wakes the node
-    assert got.server_wait_us == [pytest.approx(8, abs=0.5)]  # woken 609685, runs 609693
-    assert got.server_us == [pytest.approx(140, abs=0.5)]  # -> wakes the client 609833
-    assert got.wake_to_run_us == [pytest.approx(5, abs=0.5)]
-    assert got.client_answer_us == [pytest.approx(46, abs=0.5)]  # 609838 -> asleep
+    got = parse(ONE_SEND, server={12167}, client=12166)
+    assert got.client_send_us == [pytest.approx(69, abs=0.5)]  # clock 609613 -> 609682
+    assert got.server_us == [pytest.approx(149, abs=0.5)]  # -> the answer wakes 609831
+    assert got.client_answer_us == [pytest.approx(53, abs=0.5)]  # -> asleep 609884
+    assert got.server_wait_us == [pytest.approx(11, abs=0.5)]  # the node runs 609693
+    assert got.wake_to_run_us == [pytest.approx(7, abs=0.5)]  # the client runs 609838
+
+
+def test_a_server_on_another_cpu_is_timed_by_the_wake_ups() -> None:
+    got = parse(CROSS_CPU_SEND, server={15730}, client=15723)
+    assert got.client_send_us == [pytest.approx(40, abs=0.5)]  # 039361 -> 039401
+    assert got.server_us == [pytest.approx(106, abs=0.5)]  # -> the answer wakes 039507
+    assert got.client_answer_us == [pytest.approx(51, abs=0.5)]  # -> asleep 039558
+    assert got.server_wait_us == []  # its switch-in was not recorded
+    assert got.wake_to_run_us == [pytest.approx(24, abs=0.5)]
 
 
 def test_a_send_cut_by_the_window_is_left_out() -> None:
-    lines = ONE_SEND.splitlines()
-    cut = [line for line in lines if "609630" not in line]  # the client's switch-in
-    got = parse(cut, server={12167}, client=12166)
+    no_clock = [line for line in ONE_SEND if "609613" not in line]  # the send's wake-up
+    got = parse(no_clock, server={12167}, client=12166)
     assert got.client_send_us == []
-    assert got.server_us == [pytest.approx(140, abs=0.5)]  # the rest is still whole
-    got = parse([line for line in lines if "609685" not in line], {12167}, 12166)
-    assert got.server_us == []  # the request's wake-up is not in the window
+    assert got.server_us == [pytest.approx(149, abs=0.5)]  # the rest is still whole
+    no_request = [line for line in ONE_SEND if "609682" not in line]
+    got = parse(no_request, server={12167}, client=12166)
+    assert got.client_send_us == [] and got.server_us == [] and got.server_wait_us == []
+    assert got.client_answer_us == [pytest.approx(53, abs=0.5)]
 
 
 def test_other_processes_are_not_counted() -> None:
-    got = parse(ONE_SEND.splitlines(), server={4242, 4243}, client=12166)
-    assert got.server_us == [] and got.client_send_us == []
+    got = parse(ONE_SEND, server={4242, 4243}, client=12166)
+    assert got.server_us == [] and got.client_send_us == [] and got.client_answer_us == []
 
 
 def _can_trace() -> str | None:
@@ -70,7 +85,7 @@ def test_trace_command_reports_the_node_and_client_spans() -> None:
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.splitlines()[0].startswith("system")
     entry = json.loads(out.stdout.strip().splitlines()[-1])["systems"]["streamwal_async"]
-    # ~1000 sends in the 1-s window; each one's spans are seen whole
+    # ~1000 sends in the 1-s window; each one's three turns are seen whole
     assert entry["server_us"]["n"] > 500, entry
     assert 0 < entry["server_us"]["p50"] < entry["latency"]["p50_ms"] * 1000
     assert entry["client_send_us"]["n"] > 500 and entry["client_answer_us"]["n"] > 500
