@@ -96,8 +96,10 @@ def parse(lines: Iterable[str], server: Collection[int], client: int) -> Paths:
     The three turns are cut at wake-ups and at the client's going to sleep, which the
     kernel records in the acting task's own context; the switch-ins that split off the
     wait to run are taken where the kernel records them (a task switched in from the
-    idle task is not always recorded). A span is taken only when both of its ends are
-    seen, so sends cut by the trace window are left out.
+    idle task is not always recorded). A server that preempts the client answers it
+    without waking it: its turn ends when it goes to sleep and hands the CPU back. A
+    span is taken only when both of its ends are seen, so sends cut by the trace
+    window are left out, and so is an answer to a client still running on another CPU.
     """
     out = Paths()
     send_from: float | None = None  # the client was woken for a send (not by the server)
@@ -105,6 +107,7 @@ def parse(lines: Iterable[str], server: Collection[int], client: int) -> Paths:
     server_ran = False  # ... and a server thread was seen switched in since
     answer_at: float | None = None  # the server woke the client
     answer_ran = False  # ... and the client was seen switched in since
+    client_preempted = False  # the client was preempted while its request was pending
     for line in lines:
         m = _EVENT.match(line)
         if m is None:
@@ -129,14 +132,24 @@ def parse(lines: Iterable[str], server: Collection[int], client: int) -> Paths:
         prev, nxt = _PREV.search(rest), _NEXT.search(rest)
         if prev is None or nxt is None:
             continue
-        if int(nxt.group(1)) in server and request_at is not None and not server_ran:
+        prev_pid, next_pid = int(prev.group(1)), int(nxt.group(1))
+        asleep = prev.group(2).startswith(("S", "D"))  # not preempted: done for now
+        if next_pid in server and request_at is not None and not server_ran:
             server_ran = True
             out.server_wait_us.append(t - request_at)
-        if int(nxt.group(1)) == client and answer_at is not None and not answer_ran:
-            answer_ran = True
-            out.wake_to_run_us.append(t - answer_at)
-        if int(prev.group(1)) == client and prev.group(2).startswith(("S", "D")):
-            # asleep, not preempted: the client's turn is over
+        if next_pid == client:
+            if prev_pid in server and asleep and request_at is not None and client_preempted:
+                # the server preempted the client, answered a client that needed no
+                # waking, and hands the CPU back: its turn ends here
+                out.server_us.append(t - request_at)
+                request_at, answer_at, answer_ran = None, t, True
+            elif answer_at is not None and not answer_ran:
+                answer_ran = True
+                out.wake_to_run_us.append(t - answer_at)
+            client_preempted = False
+        if prev_pid == client and not asleep and request_at is not None:
+            client_preempted = True
+        if prev_pid == client and asleep:  # the client's turn is over
             if answer_at is not None:
                 out.client_answer_us.append(t - answer_at)
             send_from = answer_at = None

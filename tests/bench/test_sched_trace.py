@@ -5,7 +5,10 @@ The parser is checked on lines the kernel wrote for one send each:
   clock thread 12242) on one CPU, the traces holding `sched_wakeup` lines as well;
 - cross_cpu_send.trace: the node (15730) on the other CPU from the client (15723, its
   clock thread 15808); the kernel recorded no switch-in of the node from the idle task,
-  as on the machine where the first parser, which needed it, saw 4 sends of ~1000.
+  as on the machine where the first parser, which needed it, saw 4 sends of ~1000;
+- preempted_send.trace: Redis (16759) preempts the client (16756, its clock thread
+  16764) right after the request and answers it without a wake-up, as in half of
+  Redis's sends, which the first parser left out.
 The command runs end to end where this machine lets it trace (root and tracefs).
 """
 
@@ -21,6 +24,7 @@ from streamwal.bench.sched_trace import TRACEFS, parse
 
 ONE_SEND = (Path(__file__).parent / "one_send.trace").read_text().splitlines()
 CROSS_CPU_SEND = (Path(__file__).parent / "cross_cpu_send.trace").read_text().splitlines()
+PREEMPTED_SEND = (Path(__file__).parent / "preempted_send.trace").read_text().splitlines()
 
 
 def test_one_send_splits_into_client_server_client() -> None:
@@ -39,6 +43,15 @@ def test_a_server_on_another_cpu_is_timed_by_the_wake_ups() -> None:
     assert got.client_answer_us == [pytest.approx(51, abs=0.5)]  # -> asleep 039558
     assert got.server_wait_us == []  # its switch-in was not recorded
     assert got.wake_to_run_us == [pytest.approx(24, abs=0.5)]
+
+
+def test_a_server_that_preempts_the_client_ends_its_turn_handing_the_cpu_back() -> None:
+    got = parse(PREEMPTED_SEND, server={16759}, client=16756)
+    assert got.client_send_us == [pytest.approx(70, abs=0.5)]  # 483876 -> 483946
+    assert got.server_wait_us == [pytest.approx(6, abs=0.5)]  # the client is preempted
+    assert got.server_us == [pytest.approx(32, abs=0.5)]  # -> Redis sleeps, 483978
+    assert got.client_answer_us == [pytest.approx(45, abs=0.5)]  # -> asleep 484023
+    assert got.wake_to_run_us == []  # no wake-up: the client was runnable all along
 
 
 def test_a_send_cut_by_the_window_is_left_out() -> None:
@@ -71,21 +84,26 @@ def _can_trace() -> str | None:
 
 @pytest.mark.timeout(120)
 def test_trace_command_reports_the_node_and_client_spans() -> None:
+    """Redis as well: it preempts its client and answers without waking it."""
     reason = _can_trace()
     if reason:
         pytest.skip(reason)
     streamwal = Path(sys.executable).with_name("streamwal")
-    args = ["bench", "trace", "--system", "streamwal_async", "--rounds", "1", "--seconds", "2"]
+    systems = ["--system", "streamwal_async", "--system", "redis"]
+    length = ["--rounds", "1", "--seconds", "2", "--window", "1"]
     out = subprocess.run(
-        [str(streamwal), *args, "--window", "1"],
+        [str(streamwal), "bench", "trace", *systems, *length],
         capture_output=True,
         text=True,
         timeout=110,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.splitlines()[0].startswith("system")
-    entry = json.loads(out.stdout.strip().splitlines()[-1])["systems"]["streamwal_async"]
-    # ~1000 sends in the 1-s window; each one's three turns are seen whole
-    assert entry["server_us"]["n"] > 500, entry
-    assert 0 < entry["server_us"]["p50"] < entry["latency"]["p50_ms"] * 1000
-    assert entry["client_send_us"]["n"] > 500 and entry["client_answer_us"]["n"] > 500
+    results = json.loads(out.stdout.strip().splitlines()[-1])["systems"]
+    assert set(results) == {"streamwal_async", "redis"}
+    for entry in results.values():
+        # ~1000 sends in the 1-s window; each one's three turns are seen whole
+        assert entry["server_us"]["n"] > 800, entry
+        assert entry["client_send_us"]["n"] > 800 and entry["client_answer_us"]["n"] > 800
+        turns = sum(entry[span]["p50"] for span in ("client_send_us", "server_us"))
+        assert 0 < turns < entry["latency"]["p50_ms"] * 1000, entry
