@@ -58,8 +58,7 @@ class ResourceType:
 
     def discovery(self) -> list[dict[str, Any]]:
         """The APIResource entries (the resource and its status subresource)."""
-        verbs = ["create", "delete", "deletecollection", "get", "list", "patch", "update",
-                 "watch"]
+        verbs = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
         entry: dict[str, Any] = {
             "name": self.plural,
             "singularName": self.singular or self.kind.lower(),
@@ -73,17 +72,38 @@ class ResourceType:
             entry["categories"] = list(self.categories)
         entries = [entry]
         if self.status:
-            entries.append({"name": f"{self.plural}/status", "singularName": "",
-                            "namespaced": self.namespaced, "kind": self.kind,
-                            "verbs": ["get", "patch", "update"]})
+            entries.append(
+                {
+                    "name": f"{self.plural}/status",
+                    "singularName": "",
+                    "namespaced": self.namespaced,
+                    "kind": self.kind,
+                    "verbs": ["get", "patch", "update"],
+                }
+            )
         return entries
 
 
-def _t(group: str, version: str, plural: str, kind: str, *, cluster: bool = False,
-       short: tuple[str, ...] = (), status: bool = False) -> ResourceType:
-    return ResourceType(group, version, plural, kind, namespaced=not cluster,
-                        short_names=short, status=status,
-                        categories=("all",) if plural in _ALL else ())
+def _t(
+    group: str,
+    version: str,
+    plural: str,
+    kind: str,
+    *,
+    cluster: bool = False,
+    short: tuple[str, ...] = (),
+    status: bool = False,
+) -> ResourceType:
+    return ResourceType(
+        group,
+        version,
+        plural,
+        kind,
+        namespaced=not cluster,
+        short_names=short,
+        status=status,
+        categories=("all",) if plural in _ALL else (),
+    )
 
 
 _ALL = {"pods", "services", "deployments", "statefulsets", "replicasets", "daemonsets", "jobs"}
@@ -91,8 +111,7 @@ _ALL = {"pods", "services", "deployments", "statefulsets", "replicasets", "daemo
 BUILTINS: list[ResourceType] = [
     _t("", "v1", "namespaces", "Namespace", cluster=True, short=("ns",), status=True),
     _t("", "v1", "nodes", "Node", cluster=True, short=("no",), status=True),
-    _t("", "v1", "persistentvolumes", "PersistentVolume", cluster=True, short=("pv",),
-       status=True),
+    _t("", "v1", "persistentvolumes", "PersistentVolume", cluster=True, short=("pv",), status=True),
     _t("", "v1", "pods", "Pod", short=("po",), status=True),
     _t("", "v1", "services", "Service", short=("svc",), status=True),
     _t("", "v1", "endpoints", "Endpoints", short=("ep",)),
@@ -100,8 +119,7 @@ BUILTINS: list[ResourceType] = [
     _t("", "v1", "configmaps", "ConfigMap", short=("cm",)),
     _t("", "v1", "secrets", "Secret"),
     _t("", "v1", "serviceaccounts", "ServiceAccount", short=("sa",)),
-    _t("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", short=("pvc",),
-       status=True),
+    _t("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", short=("pvc",), status=True),
     _t("apps", "v1", "deployments", "Deployment", short=("deploy",), status=True),
     _t("apps", "v1", "statefulsets", "StatefulSet", short=("sts",), status=True),
     _t("apps", "v1", "replicasets", "ReplicaSet", short=("rs",), status=True),
@@ -110,16 +128,23 @@ BUILTINS: list[ResourceType] = [
     _t("rbac.authorization.k8s.io", "v1", "roles", "Role"),
     _t("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
     _t("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", cluster=True),
-    _t("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding",
-       cluster=True),
-    _t("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", short=("pdb",),
-       status=True),
+    _t(
+        "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", cluster=True
+    ),
+    _t("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", short=("pdb",), status=True),
     _t("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", short=("netpol",)),
     _t("networking.k8s.io", "v1", "ingresses", "Ingress", short=("ing",), status=True),
     _t("coordination.k8s.io", "v1", "leases", "Lease"),
     _t("events.k8s.io", "v1", "events", "Event", short=("ev",)),
-    _t("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
-       cluster=True, short=("crd", "crds"), status=True),
+    _t(
+        "apiextensions.k8s.io",
+        "v1",
+        "customresourcedefinitions",
+        "CustomResourceDefinition",
+        cluster=True,
+        short=("crd", "crds"),
+        status=True,
+    ),
 ]
 
 
@@ -131,20 +156,22 @@ def types_from_crd(crd: dict[str, Any]) -> list[ResourceType]:
     for ver in spec.get("versions", []):
         if not ver.get("served", True):
             continue
-        out.append(ResourceType(
-            group=spec["group"],
-            version=ver["name"],
-            plural=names["plural"],
-            kind=names["kind"],
-            namespaced=spec.get("scope", "Namespaced") == "Namespaced",
-            singular=names.get("singular", ""),
-            short_names=tuple(names.get("shortNames", ())),
-            categories=tuple(names.get("categories", ())),
-            status="status" in (ver.get("subresources") or {}),
-            schema=(ver.get("schema") or {}).get("openAPIV3Schema"),
-            columns=list(ver.get("additionalPrinterColumns") or []),
-            crd=crd["metadata"]["name"],
-        ))
+        out.append(
+            ResourceType(
+                group=spec["group"],
+                version=ver["name"],
+                plural=names["plural"],
+                kind=names["kind"],
+                namespaced=spec.get("scope", "Namespaced") == "Namespaced",
+                singular=names.get("singular", ""),
+                short_names=tuple(names.get("shortNames", ())),
+                categories=tuple(names.get("categories", ())),
+                status="status" in (ver.get("subresources") or {}),
+                schema=(ver.get("schema") or {}).get("openAPIV3Schema"),
+                columns=list(ver.get("additionalPrinterColumns") or []),
+                crd=crd["metadata"]["name"],
+            )
+        )
     return out
 
 
@@ -161,16 +188,20 @@ def check_crd(crd: dict[str, Any]) -> list[str]:
             problems.append(f"spec.names.{key}: Required value")
     want = f"{names.get('plural')}.{spec.get('group')}"
     if crd.get("metadata", {}).get("name") != want:
-        problems.append(f'metadata.name: Invalid value: "{crd.get("metadata", {}).get("name")}":'
-                        f" must be spec.names.plural+\".\"+spec.group")
+        problems.append(
+            f'metadata.name: Invalid value: "{crd.get("metadata", {}).get("name")}":'
+            f' must be spec.names.plural+"."+spec.group'
+        )
     if spec.get("scope") not in ("Namespaced", "Cluster"):
         problems.append('spec.scope: Unsupported value: supported values: "Cluster", "Namespaced"')
     versions = spec.get("versions") or []
     if sum(1 for v in versions if v.get("storage")) != 1:
-        problems.append("spec.versions: Invalid value: must have exactly one version marked as "
-                        "storage version")
+        problems.append(
+            "spec.versions: Invalid value: must have exactly one version marked as storage version"
+        )
     for i, ver in enumerate(versions):
         if not (ver.get("schema") or {}).get("openAPIV3Schema"):
-            problems.append(f"spec.versions[{i}].schema.openAPIV3Schema: Required value: "
-                            "schemas are required")
+            problems.append(
+                f"spec.versions[{i}].schema.openAPIV3Schema: Required value: schemas are required"
+            )
     return problems

@@ -48,16 +48,25 @@ class Kubectl:
     binary: Path
     env: dict[str, str]
 
-    def __call__(self, *args: str, stdin: str | None = None, check: bool = True,
-                 timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    def __call__(
+        self, *args: str, stdin: str | None = None, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
         # A cold discovery cache each run: kubectl's disk cache would otherwise hide a CRD
         # registered since the previous run from short-name expansion (kubectl explain pch).
         shutil.rmtree(self.env["KUBECACHEDIR"], ignore_errors=True)
-        proc = subprocess.run([str(self.binary), *args], input=stdin, capture_output=True,
-                              text=True, env=self.env, timeout=timeout)
+        proc = subprocess.run(
+            [str(self.binary), *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=timeout,
+        )
         if check and proc.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}):\n"
-                                 f"{proc.stdout}\n{proc.stderr}")
+            raise AssertionError(
+                f"kubectl {' '.join(args)} failed ({proc.returncode}):\n"
+                f"{proc.stdout}\n{proc.stderr}"
+            )
         return proc
 
 
@@ -66,8 +75,12 @@ def kubectl(emulator: KubeEmulator, kube_bin: Path, tmp_path: Path) -> Kubectl:
     home = tmp_path / "kubectl-home"
     home.mkdir()
     config = emulator.kubeconfig(home / "config")
-    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(home), "KUBECONFIG": str(config),
-           "KUBECACHEDIR": str(home / "cache")}
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(home),
+        "KUBECONFIG": str(config),
+        "KUBECACHEDIR": str(home / "cache"),
+    }
     return Kubectl(kube_bin / "kubectl", env)
 
 

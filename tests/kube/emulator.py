@@ -57,14 +57,22 @@ NS_KEY = ("", "namespaces")
 class ApiError(Exception):
     """An error the API answers with a ``Status`` object."""
 
-    def __init__(self, code: int, reason: str, message: str,
-                 details: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, code: int, reason: str, message: str, details: dict[str, Any] | None = None
+    ) -> None:
         super().__init__(message)
         self.code, self.reason, self.message, self.details = code, reason, message, details
 
     def status(self) -> Obj:
-        out: Obj = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                    "message": self.message, "reason": self.reason, "code": self.code}
+        out: Obj = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
         if self.details:
             out["details"] = self.details
         return out
@@ -152,8 +160,13 @@ class Store:
         return str(self.rv)
 
     def record(self, key: tuple[str, str], kind: str, obj: Obj, prev: Obj | None) -> None:
-        ev = Event(int(obj["metadata"]["resourceVersion"]), key, kind, copy.deepcopy(obj),
-                   copy.deepcopy(prev) if prev else None)
+        ev = Event(
+            int(obj["metadata"]["resourceVersion"]),
+            key,
+            kind,
+            copy.deepcopy(obj),
+            copy.deepcopy(prev) if prev else None,
+        )
         self.events.append(ev)
         while len(self.events) > self.history:
             self.compacted_rv = self.events.popleft().rv
@@ -171,8 +184,13 @@ class Store:
 class KubeEmulator:
     """The emulated API server. ``start()`` serves it on ``url`` from a daemon thread."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, history: int = 10_000,
-                 bookmark_interval: float = 5.0) -> None:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        history: int = 10_000,
+        bookmark_interval: float = 5.0,
+    ) -> None:
         self.host, self.port = host, port
         self.bookmark_interval = bookmark_interval
         self.store = Store(history)
@@ -184,8 +202,11 @@ class KubeEmulator:
         self._runner: web.AppRunner | None = None
         self._openapi_cache: dict[str, Any] | None = None
         for ns in ("default", "kube-system", "kube-public"):
-            self._create(self._type("", "v1", "namespaces"), None,
-                         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+            self._create(
+                self._type("", "v1", "namespaces"),
+                None,
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
+            )
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -264,11 +285,17 @@ class KubeEmulator:
     def kubeconfig(self, path: Path, namespace: str = "default") -> Path:
         """Write a kubeconfig that points kubectl / clients / Kopf at this emulator."""
         config = {
-            "apiVersion": "v1", "kind": "Config", "preferences": {},
+            "apiVersion": "v1",
+            "kind": "Config",
+            "preferences": {},
             "clusters": [{"name": "emulator", "cluster": {"server": self.url}}],
             "users": [{"name": "emulator", "user": {"token": "emulator"}}],
-            "contexts": [{"name": "emulator", "context": {
-                "cluster": "emulator", "user": "emulator", "namespace": namespace}}],
+            "contexts": [
+                {
+                    "name": "emulator",
+                    "context": {"cluster": "emulator", "user": "emulator", "namespace": namespace},
+                }
+            ],
             "current-context": "emulator",
         }
         path.write_text(yaml.safe_dump(config))
@@ -300,8 +327,11 @@ class KubeEmulator:
         if self._openapi_cache is None:
             types = list(self.types.values())
             docs = kopenapi.v3_documents(types)
-            self._openapi_cache = {"docs": docs, "root": kopenapi.v3_root(docs),
-                                   "v2": kopenapi.v2_document(types)}
+            self._openapi_cache = {
+                "docs": docs,
+                "root": kopenapi.v3_root(docs),
+                "v2": kopenapi.v2_document(types),
+            }
         return self._openapi_cache
 
     # ------------------------------------------------------------------ HTTP
@@ -315,7 +345,8 @@ class KubeEmulator:
             return web.json_response(ApiError(400, "BadRequest", str(err)).status(), status=400)
         except Exception as err:  # a bug here must show in the test, not hang a client
             return web.json_response(
-                ApiError(500, "InternalError", f"emulator error: {err!r}").status(), status=500)
+                ApiError(500, "InternalError", f"emulator error: {err!r}").status(), status=500
+            )
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         parts = [p for p in request.path.split("/") if p]
@@ -336,8 +367,9 @@ class KubeEmulator:
         if not rest:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         namespace = None
-        served = {rt.plural for rt in self.types.values()
-                  if rt.group == group and rt.version == version}
+        served = {
+            rt.plural for rt in self.types.values() if rt.group == group and rt.version == version
+        }
         if rest[0] == "namespaces" and len(rest) >= 3 and rest[2] in served:
             namespace, rest = rest[1], rest[2:]
         rt = self._type(group, version, rest[0])
@@ -354,40 +386,67 @@ class KubeEmulator:
         if parts in (["healthz"], ["livez"], ["readyz"]):
             return "ok"
         if parts == ["version"]:
-            return {"major": "1", "minor": "33", "gitVersion": "v1.33.0-streamwal-emulator",
-                    "platform": "linux/amd64", "goVersion": "go1.24"}
+            return {
+                "major": "1",
+                "minor": "33",
+                "gitVersion": "v1.33.0-streamwal-emulator",
+                "platform": "linux/amd64",
+                "goVersion": "go1.24",
+            }
         if parts == ["api"]:
-            return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
-                {"clientCIDR": "0.0.0.0/0", "serverAddress": f"{self.host}:{self.port}"}]}
+            return {
+                "kind": "APIVersions",
+                "versions": ["v1"],
+                "serverAddressByClientCIDRs": [
+                    {"clientCIDR": "0.0.0.0/0", "serverAddress": f"{self.host}:{self.port}"}
+                ],
+            }
         if parts == ["apis"]:
             groups: dict[str, list[str]] = {}
             for rt in self.types.values():
                 if rt.group and rt.version not in groups.setdefault(rt.group, []):
                     groups[rt.group].append(rt.version)
-            return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
-                {"name": g, "versions": [{"groupVersion": f"{g}/{v}", "version": v}
-                                         for v in vs],
-                 "preferredVersion": {"groupVersion": f"{g}/{vs[0]}", "version": vs[0]}}
-                for g, vs in sorted(groups.items())]}
+            return {
+                "kind": "APIGroupList",
+                "apiVersion": "v1",
+                "groups": [
+                    {
+                        "name": g,
+                        "versions": [{"groupVersion": f"{g}/{v}", "version": v} for v in vs],
+                        "preferredVersion": {"groupVersion": f"{g}/{vs[0]}", "version": vs[0]},
+                    }
+                    for g, vs in sorted(groups.items())
+                ],
+            }
         if len(parts) == 2 and parts[0] == "apis":
             versions = sorted({rt.version for rt in self.types.values() if rt.group == parts[1]})
             if not versions:
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
             gv = [{"groupVersion": f"{parts[1]}/{v}", "version": v} for v in versions]
-            return {"kind": "APIGroup", "apiVersion": "v1", "name": parts[1], "versions": gv,
-                    "preferredVersion": gv[0]}
+            return {
+                "kind": "APIGroup",
+                "apiVersion": "v1",
+                "name": parts[1],
+                "versions": gv,
+                "preferredVersion": gv[0],
+            }
         gv_parts = parts[1:] if parts[:1] in (["api"], ["apis"]) else None
-        if gv_parts and ((parts[0] == "api" and len(parts) == 2) or
-                         (parts[0] == "apis" and len(parts) == 3)):
+        if gv_parts and (
+            (parts[0] == "api" and len(parts) == 2) or (parts[0] == "apis" and len(parts) == 3)
+        ):
             group, version = ("", parts[1]) if parts[0] == "api" else (parts[1], parts[2])
-            types = [rt for rt in self.types.values()
-                     if rt.group == group and rt.version == version]
+            types = [
+                rt for rt in self.types.values() if rt.group == group and rt.version == version
+            ]
             if not types:
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
             resources = [e for rt in sorted(types, key=lambda t: t.plural) for e in rt.discovery()]
-            return {"kind": "APIResourceList", "apiVersion": "v1",
-                    "groupVersion": f"{group}/{version}" if group else version,
-                    "resources": resources}
+            return {
+                "kind": "APIResourceList",
+                "apiVersion": "v1",
+                "groupVersion": f"{group}/{version}" if group else version,
+                "resources": resources,
+            }
         if parts == ["openapi", "v3"]:
             return self._openapi()["root"]
         if parts[:2] == ["openapi", "v3"] and len(parts) > 2:
@@ -407,8 +466,14 @@ class KubeEmulator:
         except (ValueError, yaml.YAMLError) as exc:
             raise ApiError(400, "BadRequest", f"invalid request body: {exc}") from None
 
-    async def _resource(self, request: web.Request, rt: ResourceType, namespace: str | None,
-                        name: str | None, sub: str | None) -> web.StreamResponse:
+    async def _resource(
+        self,
+        request: web.Request,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str | None,
+        sub: str | None,
+    ) -> web.StreamResponse:
         q = request.query
         method = request.method
         as_table = TABLE_MARK in request.headers.get("Accept", "")
@@ -417,33 +482,52 @@ class KubeEmulator:
                 return await self._watch(request, rt, namespace, as_table)
             if method == "GET":
                 listed = self._list(rt, namespace, q)
-                return web.json_response(self._table(rt, listed["items"], listed["metadata"],
-                                                     q) if as_table else listed)
+                return web.json_response(
+                    self._table(rt, listed["items"], listed["metadata"], q) if as_table else listed
+                )
             if method == "POST":
                 body = await self._body(request)
-                created = self._create(rt, namespace, body, dry=bool(q.get("dryRun")),
-                                       strict=q.get("fieldValidation") == "Strict")
+                created = self._create(
+                    rt,
+                    namespace,
+                    body,
+                    dry=bool(q.get("dryRun")),
+                    strict=q.get("fieldValidation") == "Strict",
+                )
                 return web.json_response(created, status=201)
             if method == "DELETE":
                 return web.json_response(self._delete_collection(rt, namespace, q))
             raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on a collection")
         if method == "GET":
             obj = self._get(rt, namespace, name)
-            return web.json_response(self._table(rt, [obj], {"resourceVersion": str(
-                self.store.rv)}, q) if as_table else obj)
+            return web.json_response(
+                self._table(rt, [obj], {"resourceVersion": str(self.store.rv)}, q)
+                if as_table
+                else obj
+            )
         if method == "PUT":
             body = await self._body(request)
-            return web.json_response(self._update(rt, namespace, name, body, sub,
-                                                  dry=bool(q.get("dryRun")),
-                                                  strict=q.get("fieldValidation") == "Strict"))
+            return web.json_response(
+                self._update(
+                    rt,
+                    namespace,
+                    name,
+                    body,
+                    sub,
+                    dry=bool(q.get("dryRun")),
+                    strict=q.get("fieldValidation") == "Strict",
+                )
+            )
         if method == "PATCH":
             body = await self._body(request)
-            return web.json_response(self._patch(rt, namespace, name, sub, request.content_type,
-                                                 body, q))
+            return web.json_response(
+                self._patch(rt, namespace, name, sub, request.content_type, body, q)
+            )
         if method == "DELETE":
             body = await self._body(request) if request.can_read_body else None
-            return web.json_response(self._delete(rt, namespace, name, body or {},
-                                                  dry=bool(q.get("dryRun"))))
+            return web.json_response(
+                self._delete(rt, namespace, name, body or {}, dry=bool(q.get("dryRun")))
+            )
         raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed")
 
     # ------------------------------------------------------------------ reads
@@ -451,8 +535,12 @@ class KubeEmulator:
     def _get(self, rt: ResourceType, namespace: str | None, name: str) -> Obj:
         obj = self.store.bucket(rt.store_key).get((namespace or "", name))
         if obj is None:
-            raise ApiError(404, "NotFound", f'{rt.qualified} "{name}" not found',
-                           {"name": name, "group": rt.group, "kind": rt.plural})
+            raise ApiError(
+                404,
+                "NotFound",
+                f'{rt.qualified} "{name}" not found',
+                {"name": name, "group": rt.group, "kind": rt.plural},
+            )
         return self._view(rt, obj)
 
     @staticmethod
@@ -488,22 +576,40 @@ class KubeEmulator:
             token = {"start": start + limit, "rv": meta["resourceVersion"]}
             meta["continue"] = base64.b64encode(json.dumps(token).encode()).decode()
             meta["remainingItemCount"] = len(items) - start - limit
-            items = items[start:start + limit]
+            items = items[start : start + limit]
         else:
             items = items[start:]
-        return {"kind": f"{rt.kind}List", "apiVersion": rt.group_version, "metadata": meta,
-                "items": items}
+        return {
+            "kind": f"{rt.kind}List",
+            "apiVersion": rt.group_version,
+            "metadata": meta,
+            "items": items,
+        }
 
     def _table(self, rt: ResourceType, items: list[Obj], meta: Obj, q: Any) -> Obj:
         """A meta.k8s.io/v1 Table: Name, the CRD's printer columns (or Age), one row each."""
-        columns = [{"name": "Name", "type": "string", "format": "name", "priority": 0,
-                    "description": "Name must be unique within a namespace."}]
-        specs = rt.columns or [{"name": "Age", "type": "date",
-                                "jsonPath": ".metadata.creationTimestamp"}]
+        columns = [
+            {
+                "name": "Name",
+                "type": "string",
+                "format": "name",
+                "priority": 0,
+                "description": "Name must be unique within a namespace.",
+            }
+        ]
+        specs = rt.columns or [
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+        ]
         for c in specs:
-            columns.append({"name": c["name"], "type": c.get("type", "string"),
-                            "format": c.get("format", ""), "priority": c.get("priority", 0),
-                            "description": c.get("description", "")})
+            columns.append(
+                {
+                    "name": c["name"],
+                    "type": c.get("type", "string"),
+                    "format": c.get("format", ""),
+                    "priority": c.get("priority", 0),
+                    "description": c.get("description", ""),
+                }
+            )
         rows = []
         include = q.get("includeObject", "Metadata")
         for obj in items:
@@ -521,11 +627,19 @@ class KubeEmulator:
             if include == "Object":
                 row["object"] = obj
             elif include != "None":
-                row["object"] = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-                                 "metadata": obj["metadata"]}
+                row["object"] = {
+                    "kind": "PartialObjectMetadata",
+                    "apiVersion": "meta.k8s.io/v1",
+                    "metadata": obj["metadata"],
+                }
             rows.append(row)
-        return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": meta,
-                "columnDefinitions": columns, "rows": rows}
+        return {
+            "kind": "Table",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": meta,
+            "columnDefinitions": columns,
+            "rows": rows,
+        }
 
     # ------------------------------------------------------------------ writes
 
@@ -535,18 +649,30 @@ class KubeEmulator:
         api_version = body.setdefault("apiVersion", rt.group_version)
         kind = body.setdefault("kind", rt.kind)
         if api_version != rt.group_version or kind != rt.kind:
-            raise ApiError(400, "BadRequest",
-                           f"the API version in the data ({api_version}) and kind ({kind}) do "
-                           f"not match the expected {rt.group_version} {rt.kind}")
+            raise ApiError(
+                400,
+                "BadRequest",
+                f"the API version in the data ({api_version}) and kind ({kind}) do "
+                f"not match the expected {rt.group_version} {rt.kind}",
+            )
         if not isinstance(body.setdefault("metadata", {}), dict):
             raise ApiError(400, "BadRequest", "metadata must be an object")
         return body
 
     def _invalid(self, rt: ResourceType, name: str, errors: list[kschema.FieldError]) -> ApiError:
-        return ApiError(422, "Invalid", kschema.render_invalid(rt.kind, rt.group, name, errors),
-                        {"name": name, "group": rt.group, "kind": rt.kind, "causes": [
-                            {"reason": e.reason, "message": e.detail, "field": e.path}
-                            for e in errors]})
+        return ApiError(
+            422,
+            "Invalid",
+            kschema.render_invalid(rt.kind, rt.group, name, errors),
+            {
+                "name": name,
+                "group": rt.group,
+                "kind": rt.kind,
+                "causes": [
+                    {"reason": e.reason, "message": e.detail, "field": e.path} for e in errors
+                ],
+            },
+        )
 
     def _admit(self, rt: ResourceType, obj: Obj, old: Obj | None, strict: bool) -> None:
         """What a real server does to a custom resource before storing it."""
@@ -555,9 +681,12 @@ class KubeEmulator:
             unknown = kschema.prune(rt.schema, obj)
             if unknown and strict:
                 fields = ", ".join(f'unknown field "{u}"' for u in unknown)
-                raise ApiError(400, "BadRequest",
-                               f'{rt.kind} in version "{rt.version}" cannot be handled as a '
-                               f"{rt.kind}: strict decoding error: {fields}")
+                raise ApiError(
+                    400,
+                    "BadRequest",
+                    f'{rt.kind} in version "{rt.version}" cannot be handled as a '
+                    f"{rt.kind}: strict decoding error: {fields}",
+                )
             kschema.apply_defaults(rt.schema, obj)
             errors = kschema.validate(rt.schema, obj, old)
             if errors:
@@ -565,44 +694,83 @@ class KubeEmulator:
         if rt.store_key == CRD_KEY:
             problems = check_crd(obj)
             if problems:
-                raise ApiError(422, "Invalid", f'CustomResourceDefinition.apiextensions.k8s.io '
-                               f'"{name}" is invalid: ' + "; ".join(problems))
+                raise ApiError(
+                    422,
+                    "Invalid",
+                    f"CustomResourceDefinition.apiextensions.k8s.io "
+                    f'"{name}" is invalid: ' + "; ".join(problems),
+                )
 
-    def _create(self, rt: ResourceType, namespace: str | None, body: Any, dry: bool = False,
-                strict: bool = False) -> Obj:
+    def _create(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        body: Any,
+        dry: bool = False,
+        strict: bool = False,
+    ) -> Obj:
         obj = self._check_body(rt, copy.deepcopy(body))
         meta = obj["metadata"]
         if not meta.get("name") and meta.get("generateName"):
-            suffix = "".join(secrets.choice(string.ascii_lowercase + string.digits)
-                             for _ in range(5))
+            suffix = "".join(
+                secrets.choice(string.ascii_lowercase + string.digits) for _ in range(5)
+            )
             meta["name"] = meta["generateName"] + suffix
         name = meta.get("name")
         if not name:
-            raise self._invalid(rt, "", [kschema.FieldError("metadata.name", "FieldValueRequired",
-                                                            "Required value: name or "
-                                                            "generateName is required")])
+            raise self._invalid(
+                rt,
+                "",
+                [
+                    kschema.FieldError(
+                        "metadata.name",
+                        "FieldValueRequired",
+                        "Required value: name or generateName is required",
+                    )
+                ],
+            )
         if len(name) > 253 or not NAME_RE.match(name):
-            raise self._invalid(rt, name, [kschema.FieldError(
-                "metadata.name", "FieldValueInvalid",
-                f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of lower '
-                "case alphanumeric characters, '-' or '.', and must start and end with an "
-                "alphanumeric character")])
+            raise self._invalid(
+                rt,
+                name,
+                [
+                    kschema.FieldError(
+                        "metadata.name",
+                        "FieldValueInvalid",
+                        f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist '
+                        "of lower case alphanumeric characters, '-' or '.', and must start and "
+                        "end with an alphanumeric character",
+                    )
+                ],
+            )
         if rt.namespaced:
             ns = meta.get("namespace") or namespace or "default"
             if namespace and ns != namespace:
-                raise ApiError(400, "BadRequest", "the namespace of the provided object does "
-                               "not match the namespace sent on the request")
+                raise ApiError(
+                    400,
+                    "BadRequest",
+                    "the namespace of the provided object does "
+                    "not match the namespace sent on the request",
+                )
             if ns not in {k[1] for k in self.store.bucket(NS_KEY)}:
-                raise ApiError(404, "NotFound", f'namespaces "{ns}" not found',
-                               {"name": ns, "kind": "namespaces"})
+                raise ApiError(
+                    404,
+                    "NotFound",
+                    f'namespaces "{ns}" not found',
+                    {"name": ns, "kind": "namespaces"},
+                )
             meta["namespace"] = ns
         else:
             ns = ""
             meta.pop("namespace", None)
         bucket = self.store.bucket(rt.store_key)
         if (ns, name) in bucket:
-            raise ApiError(409, "AlreadyExists", f'{rt.qualified} "{name}" already exists',
-                           {"name": name, "group": rt.group, "kind": rt.plural})
+            raise ApiError(
+                409,
+                "AlreadyExists",
+                f'{rt.qualified} "{name}" already exists',
+                {"name": name, "group": rt.group, "kind": rt.plural},
+            )
         if rt.status:
             obj.pop("status", None)  # status is written through the subresource only
         for key in ("resourceVersion", "uid", "deletionTimestamp", "deletionGracePeriodSeconds"):
@@ -624,37 +792,72 @@ class KubeEmulator:
     @staticmethod
     def _crd_status(crd: Obj) -> Obj:
         t = now_rfc3339()
-        return {"acceptedNames": crd["spec"]["names"],
-                "storedVersions": [v["name"] for v in crd["spec"]["versions"] if v.get("storage")],
-                "conditions": [
-                    {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts",
-                     "message": "no conflicts found", "lastTransitionTime": t},
-                    {"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
-                     "message": "the initial names have been accepted", "lastTransitionTime": t}]}
+        return {
+            "acceptedNames": crd["spec"]["names"],
+            "storedVersions": [v["name"] for v in crd["spec"]["versions"] if v.get("storage")],
+            "conditions": [
+                {
+                    "type": "NamesAccepted",
+                    "status": "True",
+                    "reason": "NoConflicts",
+                    "message": "no conflicts found",
+                    "lastTransitionTime": t,
+                },
+                {
+                    "type": "Established",
+                    "status": "True",
+                    "reason": "InitialNamesAccepted",
+                    "message": "the initial names have been accepted",
+                    "lastTransitionTime": t,
+                },
+            ],
+        }
 
     def _stored(self, rt: ResourceType, namespace: str | None, name: str) -> Obj:
         obj = self.store.bucket(rt.store_key).get((namespace or "", name))
         if obj is None:
-            raise ApiError(404, "NotFound", f'{rt.qualified} "{name}" not found',
-                           {"name": name, "group": rt.group, "kind": rt.plural})
+            raise ApiError(
+                404,
+                "NotFound",
+                f'{rt.qualified} "{name}" not found',
+                {"name": name, "group": rt.group, "kind": rt.plural},
+            )
         return obj
 
     def _conflict(self, rt: ResourceType, name: str) -> ApiError:
-        return ApiError(409, "Conflict",
-                        f'Operation cannot be fulfilled on {rt.qualified} "{name}": the object '
-                        "has been modified; please apply your changes to the latest version and "
-                        "try again", {"name": name, "group": rt.group, "kind": rt.plural})
+        return ApiError(
+            409,
+            "Conflict",
+            f'Operation cannot be fulfilled on {rt.qualified} "{name}": the object '
+            "has been modified; please apply your changes to the latest version and "
+            "try again",
+            {"name": name, "group": rt.group, "kind": rt.plural},
+        )
 
-    def _update(self, rt: ResourceType, namespace: str | None, name: str, body: Any,
-                sub: str | None, dry: bool = False, strict: bool = False) -> Obj:
+    def _update(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str,
+        body: Any,
+        sub: str | None,
+        dry: bool = False,
+        strict: bool = False,
+    ) -> Obj:
         cur = self._stored(rt, namespace, name)
         new = self._check_body(rt, copy.deepcopy(body))
         meta = new["metadata"]
         if meta.get("name", name) != name:
-            raise ApiError(400, "BadRequest", f"the name of the object ({meta.get('name')}) does "
-                           f"not match the name on the URL ({name})")
-        if meta.get("resourceVersion") and meta["resourceVersion"] != \
-                cur["metadata"]["resourceVersion"]:
+            raise ApiError(
+                400,
+                "BadRequest",
+                f"the name of the object ({meta.get('name')}) does "
+                f"not match the name on the URL ({name})",
+            )
+        if (
+            meta.get("resourceVersion")
+            and meta["resourceVersion"] != cur["metadata"]["resourceVersion"]
+        ):
             raise self._conflict(rt, name)
         if sub == "status":
             status = new.get("status")
@@ -668,8 +871,15 @@ class KubeEmulator:
                 new["status"] = copy.deepcopy(cur["status"])
             else:
                 new.pop("status", None)
-        for key in ("uid", "creationTimestamp", "deletionTimestamp",
-                    "deletionGracePeriodSeconds", "generation", "namespace", "name"):
+        for key in (
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+            "namespace",
+            "name",
+        ):
             if key in cur["metadata"]:
                 meta = new["metadata"]
                 meta[key] = cur["metadata"][key]
@@ -682,9 +892,13 @@ class KubeEmulator:
         if cur["metadata"].get("deletionTimestamp"):
             added = set(meta.get("finalizers") or []) - set(cur["metadata"].get("finalizers") or [])
             if added:
-                raise ApiError(422, "Invalid", f'{rt.kind} "{meta["name"]}" is invalid: '
-                               "metadata.finalizers: Forbidden: no new finalizers can be added "
-                               "if the object is being deleted")
+                raise ApiError(
+                    422,
+                    "Invalid",
+                    f'{rt.kind} "{meta["name"]}" is invalid: '
+                    "metadata.finalizers: Forbidden: no new finalizers can be added "
+                    "if the object is being deleted",
+                )
         self._admit(rt, new, cur, strict)
         meta["resourceVersion"] = cur["metadata"]["resourceVersion"]
         if self._view(rt, new) == self._view(rt, cur):
@@ -709,8 +923,16 @@ class KubeEmulator:
         drop = {"metadata", "apiVersion", "kind"} | ({"status"} if rt.status else set())
         return {k: v for k, v in obj.items() if k not in drop}
 
-    def _patch(self, rt: ResourceType, namespace: str | None, name: str, sub: str | None,
-               ctype: str, patch: Any, q: Any) -> Obj:
+    def _patch(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str,
+        sub: str | None,
+        ctype: str,
+        patch: Any,
+        q: Any,
+    ) -> Obj:
         strict = q.get("fieldValidation") == "Strict"
         dry = bool(q.get("dryRun"))
         bucket = self.store.bucket(rt.store_key)
@@ -728,15 +950,20 @@ class KubeEmulator:
                 patched = kpatch.json_patch(view, patch)
             elif ctype == "application/merge-patch+json":
                 patched = kpatch.merge_patch(view, patch)
-            elif ctype in ("application/strategic-merge-patch+json",
-                           "application/apply-patch+yaml"):
+            elif ctype in (
+                "application/strategic-merge-patch+json",
+                "application/apply-patch+yaml",
+            ):
                 patched = kpatch.strategic_merge_patch(view, patch)
             else:
-                raise ApiError(415, "UnsupportedMediaType",
-                               f"the body of the request was in an unknown format - "
-                               f"accepted media types include: application/json-patch+json, "
-                               f"application/merge-patch+json, "
-                               f"application/apply-patch+yaml (got {ctype})")
+                raise ApiError(
+                    415,
+                    "UnsupportedMediaType",
+                    f"the body of the request was in an unknown format - "
+                    f"accepted media types include: application/json-patch+json, "
+                    f"application/merge-patch+json, "
+                    f"application/apply-patch+yaml (got {ctype})",
+                )
         except kpatch.PatchError as exc:
             code = 422 if exc.test_failed or "exist" in str(exc) else 400
             raise ApiError(code, "Invalid" if code == 422 else "BadRequest", str(exc)) from None
@@ -766,18 +993,30 @@ class KubeEmulator:
                     self._remove(t, child)
             self._sync_crd(None, meta["name"])
 
-    def _delete(self, rt: ResourceType, namespace: str | None, name: str, options: Obj,
-                dry: bool = False) -> Obj:
+    def _delete(
+        self, rt: ResourceType, namespace: str | None, name: str, options: Obj, dry: bool = False
+    ) -> Obj:
         cur = self._stored(rt, namespace, name)
         pre = options.get("preconditions") or {}
-        if pre.get("resourceVersion") and pre["resourceVersion"] != \
-                cur["metadata"]["resourceVersion"]:
+        if (
+            pre.get("resourceVersion")
+            and pre["resourceVersion"] != cur["metadata"]["resourceVersion"]
+        ):
             raise self._conflict(rt, name)
         if pre.get("uid") and pre["uid"] != cur["metadata"]["uid"]:
             raise self._conflict(rt, name)
-        done: Obj = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                     "details": {"name": name, "group": rt.group, "kind": rt.plural,
-                                 "uid": cur["metadata"]["uid"]}}
+        done: Obj = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Success",
+            "details": {
+                "name": name,
+                "group": rt.group,
+                "kind": rt.plural,
+                "uid": cur["metadata"]["uid"],
+            },
+        }
         if dry:
             return done
         if cur["metadata"].get("finalizers"):
@@ -798,13 +1037,18 @@ class KubeEmulator:
         items = self._selected(rt, namespace, q)
         for obj in items:
             self._delete(rt, obj["metadata"].get("namespace"), obj["metadata"]["name"], {})
-        return {"kind": f"{rt.kind}List", "apiVersion": rt.group_version,
-                "metadata": {"resourceVersion": str(self.store.rv)}, "items": items}
+        return {
+            "kind": f"{rt.kind}List",
+            "apiVersion": rt.group_version,
+            "metadata": {"resourceVersion": str(self.store.rv)},
+            "items": items,
+        }
 
     # ------------------------------------------------------------------ watch
 
-    async def _watch(self, request: web.Request, rt: ResourceType, namespace: str | None,
-                     as_table: bool) -> web.StreamResponse:
+    async def _watch(
+        self, request: web.Request, rt: ResourceType, namespace: str | None, as_table: bool
+    ) -> web.StreamResponse:
         q = request.query
         labels = kselect.label_selector(q.get("labelSelector"))
         fields = kselect.field_selector(q.get("fieldSelector"))
@@ -822,9 +1066,16 @@ class KubeEmulator:
             except ValueError:
                 raise ApiError(400, "BadRequest", f"invalid resourceVersion {since!r}") from None
             if from_rv < self.store.compacted_rv:
-                backlog = [{"type": "ERROR", "object": ApiError(
-                    410, "Expired", f"too old resource version: {from_rv} "
-                    f"({self.store.compacted_rv})").status()}]
+                backlog = [
+                    {
+                        "type": "ERROR",
+                        "object": ApiError(
+                            410,
+                            "Expired",
+                            f"too old resource version: {from_rv} ({self.store.compacted_rv})",
+                        ).status(),
+                    }
+                ]
             else:
                 for ev in self.store.events:
                     seen = watcher.translate(ev) if ev.rv > from_rv else None
@@ -867,15 +1118,25 @@ class KubeEmulator:
         meta: Obj = {"resourceVersion": str(self.store.rv)}
         if initial_end:
             meta["annotations"] = {"k8s.io/initial-events-end": "true"}
-        return {"type": "BOOKMARK", "object": {"kind": rt.kind, "apiVersion": rt.group_version,
-                                               "metadata": meta}}
+        return {
+            "type": "BOOKMARK",
+            "object": {"kind": rt.kind, "apiVersion": rt.group_version, "metadata": meta},
+        }
 
     def _frame(self, rt: ResourceType, item: Obj, as_table: bool, q: Any) -> bytes:
         if as_table and item["type"] in ("ADDED", "MODIFIED", "DELETED"):
             obj = self._view(rt, item["object"])
-            item = {"type": item["type"], "object": self._table(
-                rt, [obj], {"resourceVersion": obj["metadata"]["resourceVersion"]}, q)}
+            item = {
+                "type": item["type"],
+                "object": self._table(
+                    rt, [obj], {"resourceVersion": obj["metadata"]["resourceVersion"]}, q
+                ),
+            }
         elif item["type"] != "ERROR":
-            item = {"type": item["type"], "object": self._view(rt, item["object"])
-                    if item["type"] != "BOOKMARK" else item["object"]}
+            item = {
+                "type": item["type"],
+                "object": self._view(rt, item["object"])
+                if item["type"] != "BOOKMARK"
+                else item["object"],
+            }
         return (json.dumps(item) + "\n").encode()

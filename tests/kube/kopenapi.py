@@ -22,34 +22,58 @@ OBJECT_META: dict[str, Any] = {
     "type": "object",
     "properties": {
         "name": {"type": "string", "description": "Name must be unique within a namespace."},
-        "generateName": {"type": "string",
-                         "description": "Prefix the server uses to generate a unique name."},
+        "generateName": {
+            "type": "string",
+            "description": "Prefix the server uses to generate a unique name.",
+        },
         "namespace": {"type": "string", "description": "The namespace of the object."},
-        "labels": {"type": "object", "additionalProperties": {"type": "string"},
-                   "description": "Map of string keys and values for selecting objects."},
-        "annotations": {"type": "object", "additionalProperties": {"type": "string"},
-                        "description": "Unstructured key value map set by tools."},
-        "finalizers": {"type": "array", "items": {"type": "string"},
-                       "description": "Must be empty before the object is deleted."},
-        "resourceVersion": {"type": "string",
-                            "description": "Opaque version for optimistic concurrency."},
-        "generation": {"type": "integer", "format": "int64",
-                       "description": "Sequence number of a specific generation of the spec."},
+        "labels": {
+            "type": "object",
+            "additionalProperties": {"type": "string"},
+            "description": "Map of string keys and values for selecting objects.",
+        },
+        "annotations": {
+            "type": "object",
+            "additionalProperties": {"type": "string"},
+            "description": "Unstructured key value map set by tools.",
+        },
+        "finalizers": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "Must be empty before the object is deleted.",
+        },
+        "resourceVersion": {
+            "type": "string",
+            "description": "Opaque version for optimistic concurrency.",
+        },
+        "generation": {
+            "type": "integer",
+            "format": "int64",
+            "description": "Sequence number of a specific generation of the spec.",
+        },
         "uid": {"type": "string", "description": "Unique in time and space for this object."},
-        "creationTimestamp": {"type": "string", "format": "date-time",
-                              "description": "When this object was created."},
-        "deletionTimestamp": {"type": "string", "format": "date-time",
-                              "description": "When this object will be deleted."},
-        "ownerReferences": {"type": "array", "items": {"type": "object",
-                                                       "x-kubernetes-preserve-unknown-fields":
-                                                           True},
-                            "description": "Objects this object depends on."},
+        "creationTimestamp": {
+            "type": "string",
+            "format": "date-time",
+            "description": "When this object was created.",
+        },
+        "deletionTimestamp": {
+            "type": "string",
+            "format": "date-time",
+            "description": "When this object will be deleted.",
+        },
+        "ownerReferences": {
+            "type": "array",
+            "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+            "description": "Objects this object depends on.",
+        },
     },
 }
 
 _PARAM = {"in": "query", "schema": {"type": "string", "uniqueItems": True}}
-_WRITE_PARAMS = [dict(_PARAM, name=n, description=n) for n in
-                 ("dryRun", "fieldManager", "fieldValidation")]
+_WRITE_PARAMS = [
+    dict(_PARAM, name=n, description=n) for n in ("dryRun", "fieldManager", "fieldValidation")
+]
 
 
 def _op(rt: ResourceType, action: str, writes: bool = False) -> dict[str, Any]:
@@ -66,19 +90,30 @@ def _op(rt: ResourceType, action: str, writes: bool = False) -> dict[str, Any]:
 
 def _object_schema(rt: ResourceType) -> dict[str, Any]:
     """The published schema of a kind: the CRD schema plus apiVersion, kind and metadata."""
-    base = copy.deepcopy(rt.schema) if rt.schema else {
-        "type": "object", "x-kubernetes-preserve-unknown-fields": True,
-        "description": f"{rt.kind} is a built-in kind (served generically by the emulator).",
-    }
+    base = (
+        copy.deepcopy(rt.schema)
+        if rt.schema
+        else {
+            "type": "object",
+            "x-kubernetes-preserve-unknown-fields": True,
+            "description": f"{rt.kind} is a built-in kind (served generically by the emulator).",
+        }
+    )
     props = base.setdefault("properties", {})
-    props["apiVersion"] = {"type": "string", "description":
-                           "APIVersion defines the versioned schema of this representation "
-                           "of an object."}
-    props["kind"] = {"type": "string", "description":
-                     "Kind is a string value representing the REST resource this object "
-                     "represents."}
-    props["metadata"] = {"allOf": [{"$ref": f"#/components/schemas/{META}"}],
-                         "description": "Standard object's metadata."}
+    props["apiVersion"] = {
+        "type": "string",
+        "description": "APIVersion defines the versioned schema of this representation "
+        "of an object.",
+    }
+    props["kind"] = {
+        "type": "string",
+        "description": "Kind is a string value representing the REST resource this object "
+        "represents.",
+    }
+    props["metadata"] = {
+        "allOf": [{"$ref": f"#/components/schemas/{META}"}],
+        "description": "Standard object's metadata.",
+    }
     base["x-kubernetes-group-version-kind"] = [rt.gvk]
     return base
 
@@ -90,18 +125,31 @@ def group_version_doc(types: list[ResourceType]) -> dict[str, Any]:
     for rt in types:
         ns = "/namespaces/{namespace}" if rt.namespaced else ""
         collection = f"{rt.prefix}{ns}/{rt.plural}"
-        paths[collection] = {"get": _op(rt, "list"), "post": _op(rt, "post", writes=True),
-                             "delete": _op(rt, "deletecollection")}
-        item = {"get": _op(rt, "get"), "put": _op(rt, "put", writes=True),
-                "patch": _op(rt, "patch", writes=True), "delete": _op(rt, "delete")}
+        paths[collection] = {
+            "get": _op(rt, "list"),
+            "post": _op(rt, "post", writes=True),
+            "delete": _op(rt, "deletecollection"),
+        }
+        item = {
+            "get": _op(rt, "get"),
+            "put": _op(rt, "put", writes=True),
+            "patch": _op(rt, "patch", writes=True),
+            "delete": _op(rt, "delete"),
+        }
         paths[f"{collection}/{{name}}"] = item
         if rt.status:
             paths[f"{collection}/{{name}}/status"] = {
-                "get": _op(rt, "get"), "put": _op(rt, "put", writes=True),
-                "patch": _op(rt, "patch", writes=True)}
+                "get": _op(rt, "get"),
+                "put": _op(rt, "put", writes=True),
+                "patch": _op(rt, "patch", writes=True),
+            }
         schemas[rt.schema_name] = _object_schema(rt)
-    return {"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": "v1.33.0"},
-            "paths": paths, "components": {"schemas": schemas}}
+    return {
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": "v1.33.0"},
+        "paths": paths,
+        "components": {"schemas": schemas},
+    }
 
 
 def _gv_path(rt: ResourceType) -> str:
@@ -131,5 +179,9 @@ def v2_document(types: list[ResourceType]) -> dict[str, Any]:
     for rt in types:
         text = json.dumps(_object_schema(rt)).replace("#/components/schemas/", "#/definitions/")
         definitions[rt.schema_name] = json.loads(text)
-    return {"swagger": "2.0", "info": {"title": "Kubernetes", "version": "v1.33.0"},
-            "paths": {}, "definitions": definitions}
+    return {
+        "swagger": "2.0",
+        "info": {"title": "Kubernetes", "version": "v1.33.0"},
+        "paths": {},
+        "definitions": definitions,
+    }

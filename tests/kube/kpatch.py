@@ -61,8 +61,10 @@ def strategic_merge_patch(target: Any, patch: Any) -> Any:
 
 
 def _named(value: Any) -> bool:
-    return isinstance(value, list) and bool(value) and all(
-        isinstance(item, dict) and "name" in item for item in value
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(item, dict) and "name" in item for item in value)
     )
 
 

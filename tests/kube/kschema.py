@@ -189,8 +189,11 @@ def _validate(
                 k = tuple(item.get(key) for key in keys) if isinstance(item, dict) else (item,)
                 if k in seen:
                     errors.append(
-                        FieldError(f"{path}[{i}]", "FieldValueDuplicate",
-                                   f"Duplicate value: {_go_value(dict(zip(keys, k, strict=True)))}")
+                        FieldError(
+                            f"{path}[{i}]",
+                            "FieldValueDuplicate",
+                            f"Duplicate value: {_go_value(dict(zip(keys, k, strict=True)))}",
+                        )
                     )
                 seen.add(k)
     if len(errors) == before:  # CEL rules run only on values that passed the schema
@@ -201,56 +204,98 @@ def _check_scalar(schema: Schema, value: Any, path: str, errors: list[FieldError
     shown = _go_value(value)
     if "enum" in schema and value not in schema["enum"]:
         supported = ", ".join(_go_value(v) for v in schema["enum"])
-        errors.append(FieldError(path, "FieldValueNotSupported",
-                                 f"Unsupported value: {shown}: supported values: {supported}"))
+        errors.append(
+            FieldError(
+                path,
+                "FieldValueNotSupported",
+                f"Unsupported value: {shown}: supported values: {supported}",
+            )
+        )
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if "minimum" in schema:
             low = schema["minimum"]
             if value < low or (schema.get("exclusiveMinimum") and value == low):
-                word = "greater than" if schema.get("exclusiveMinimum") else \
-                    "greater than or equal to"
-                errors.append(FieldError(path, "FieldValueInvalid",
-                                         f"Invalid value: {shown}: {path} in body should be "
-                                         f"{word} {low}"))
+                word = (
+                    "greater than" if schema.get("exclusiveMinimum") else "greater than or equal to"
+                )
+                errors.append(
+                    FieldError(
+                        path,
+                        "FieldValueInvalid",
+                        f"Invalid value: {shown}: {path} in body should be {word} {low}",
+                    )
+                )
         if "maximum" in schema:
             high = schema["maximum"]
             if value > high or (schema.get("exclusiveMaximum") and value == high):
                 word = "less than" if schema.get("exclusiveMaximum") else "less than or equal to"
-                errors.append(FieldError(path, "FieldValueInvalid",
-                                         f"Invalid value: {shown}: {path} in body should be "
-                                         f"{word} {high}"))
+                errors.append(
+                    FieldError(
+                        path,
+                        "FieldValueInvalid",
+                        f"Invalid value: {shown}: {path} in body should be {word} {high}",
+                    )
+                )
         if "multipleOf" in schema and value % schema["multipleOf"]:
-            errors.append(FieldError(path, "FieldValueInvalid",
-                                     f"Invalid value: {shown}: {path} in body should be a "
-                                     f"multiple of {schema['multipleOf']}"))
+            errors.append(
+                FieldError(
+                    path,
+                    "FieldValueInvalid",
+                    f"Invalid value: {shown}: {path} in body should be a "
+                    f"multiple of {schema['multipleOf']}",
+                )
+            )
     if isinstance(value, str):
         if "pattern" in schema and not re.search(schema["pattern"], value):
-            errors.append(FieldError(path, "FieldValueInvalid",
-                                     f"Invalid value: {shown}: {path} in body should match "
-                                     f"'{schema['pattern']}'"))
+            errors.append(
+                FieldError(
+                    path,
+                    "FieldValueInvalid",
+                    f"Invalid value: {shown}: {path} in body should match '{schema['pattern']}'",
+                )
+            )
         if "maxLength" in schema and len(value) > schema["maxLength"]:
-            errors.append(FieldError(path, "FieldValueTooLong",
-                                     f"Too long: may not be longer than {schema['maxLength']}"))
+            errors.append(
+                FieldError(
+                    path,
+                    "FieldValueTooLong",
+                    f"Too long: may not be longer than {schema['maxLength']}",
+                )
+            )
         if "minLength" in schema and len(value) < schema["minLength"]:
-            errors.append(FieldError(path, "FieldValueInvalid",
-                                     f"Invalid value: {shown}: {path} in body should be at "
-                                     f"least {schema['minLength']} chars long"))
+            errors.append(
+                FieldError(
+                    path,
+                    "FieldValueInvalid",
+                    f"Invalid value: {shown}: {path} in body should be at "
+                    f"least {schema['minLength']} chars long",
+                )
+            )
 
 
-def _check_count(schema: Schema, n: int, what: str, path: str, value: Any,
-                 errors: list[FieldError]) -> None:
+def _check_count(
+    schema: Schema, n: int, what: str, path: str, value: Any, errors: list[FieldError]
+) -> None:
     if f"max{what.capitalize()}" in schema and n > schema[f"max{what.capitalize()}"]:
-        errors.append(FieldError(path, "FieldValueTooMany",
-                                 f"Too many: {n}: must have at most "
-                                 f"{schema[f'max{what.capitalize()}']} {what}"))
+        errors.append(
+            FieldError(
+                path,
+                "FieldValueTooMany",
+                f"Too many: {n}: must have at most {schema[f'max{what.capitalize()}']} {what}",
+            )
+        )
     if f"min{what.capitalize()}" in schema and n < schema[f"min{what.capitalize()}"]:
-        errors.append(FieldError(path, "FieldValueInvalid",
-                                 f"Invalid value: {n}: {path} in body should have at least "
-                                 f"{schema[f'min{what.capitalize()}']} {what}"))
+        errors.append(
+            FieldError(
+                path,
+                "FieldValueInvalid",
+                f"Invalid value: {n}: {path} in body should have at least "
+                f"{schema[f'min{what.capitalize()}']} {what}",
+            )
+        )
 
 
-def _check_rules(schema: Schema, value: Any, old: Any, path: str,
-                 errors: list[FieldError]) -> None:
+def _check_rules(schema: Schema, value: Any, old: Any, path: str, errors: list[FieldError]) -> None:
     rules = schema.get("x-kubernetes-validations") or []
     if not rules or _cel is None:
         return
@@ -270,8 +315,13 @@ def _check_rules(schema: Schema, value: Any, old: Any, path: str,
             where = path
             if rule.get("fieldPath"):
                 where = path + rule["fieldPath"]
-            errors.append(FieldError(where, rule.get("reason", "FieldValueInvalid"),
-                                     f"Invalid value: {_go_value(_type_name(value))}: {message}"))
+            errors.append(
+                FieldError(
+                    where,
+                    rule.get("reason", "FieldValueInvalid"),
+                    f"Invalid value: {_go_value(_type_name(value))}: {message}",
+                )
+            )
 
 
 def render_invalid(kind: str, group: str, name: str, errors: list[FieldError]) -> str:

@@ -128,6 +128,9 @@ def jsonpath(obj: Any, expr: str) -> Any:
             i = int(index)
             cur = cur[i] if isinstance(cur, list) and i < len(cur) else None
         else:
-            cur = next((item for item in cur if str(_dotted(item, fkey)) == fval), None) \
-                if isinstance(cur, list) else None
+            cur = (
+                next((item for item in cur if str(_dotted(item, fkey)) == fval), None)
+                if isinstance(cur, list)
+                else None
+            )
     return cur

@@ -36,8 +36,12 @@ def api(emulator: KubeEmulator, kubeconfig: Path) -> Iterator[client.ApiClient]:
 
 
 def _pch(name: str, replicas: int = 1) -> dict[str, Any]:
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "PChannel",
-            "metadata": {"name": name}, "spec": {"replicas": replicas}}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "PChannel",
+        "metadata": {"name": name},
+        "spec": {"replicas": replicas},
+    }
 
 
 def _create(co: client.CustomObjectsApi, name: str, replicas: int = 1) -> dict[str, Any]:
@@ -48,7 +52,8 @@ def test_stale_resource_version_write_gets_409(api: client.ApiClient) -> None:
     co = client.CustomObjectsApi(api)
     first = _create(co, "ch-0")
     fresh = co.patch_namespaced_custom_object_status(
-        GROUP, VERSION, NS, PLURAL, "ch-0", {"status": {"term": 1, "state": "Assigned"}})
+        GROUP, VERSION, NS, PLURAL, "ch-0", {"status": {"term": 1, "state": "Assigned"}}
+    )
     assert int(fresh["metadata"]["resourceVersion"]) > int(first["metadata"]["resourceVersion"])
     # A writer still holding the first version must not overwrite the term.
     stale = dict(first, status={"term": 0, "state": "Pending"})
@@ -59,9 +64,16 @@ def test_stale_resource_version_write_gets_409(api: client.ApiClient) -> None:
     # Same through a merge patch that carries the version as a precondition.
     with pytest.raises(ApiException) as err:
         co.patch_namespaced_custom_object_status(
-            GROUP, VERSION, NS, PLURAL, "ch-0",
-            {"metadata": {"resourceVersion": first["metadata"]["resourceVersion"]},
-             "status": {"term": 0}})
+            GROUP,
+            VERSION,
+            NS,
+            PLURAL,
+            "ch-0",
+            {
+                "metadata": {"resourceVersion": first["metadata"]["resourceVersion"]},
+                "status": {"term": 0},
+            },
+        )
     assert err.value.status == 409
     now = co.get_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "ch-0")
     assert now["status"]["term"] == 1
@@ -71,25 +83,34 @@ def test_generation_counts_spec_changes_and_status_is_separate(api: client.ApiCl
     co = client.CustomObjectsApi(api)
     _create(co, "ch-0")
     # A main-resource write cannot set status; a status write cannot change spec.
-    body = co.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "ch-0",
-                                             {"status": {"term": 9}, "metadata": {
-                                                 "labels": {"team": "a"}}})
+    body = co.patch_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        NS,
+        PLURAL,
+        "ch-0",
+        {"status": {"term": 9}, "metadata": {"labels": {"team": "a"}}},
+    )
     assert "status" not in body and body["metadata"]["generation"] == 1
-    body = co.patch_namespaced_custom_object_status(GROUP, VERSION, NS, PLURAL, "ch-0", {
-        "spec": {"replicas": 5}, "status": {"term": 2}})
+    body = co.patch_namespaced_custom_object_status(
+        GROUP, VERSION, NS, PLURAL, "ch-0", {"spec": {"replicas": 5}, "status": {"term": 2}}
+    )
     assert body["spec"]["replicas"] == 1 and body["status"]["term"] == 2
     assert body["metadata"]["generation"] == 1
-    body = co.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "ch-0",
-                                             {"spec": {"replicas": 3}})
+    body = co.patch_namespaced_custom_object(
+        GROUP, VERSION, NS, PLURAL, "ch-0", {"spec": {"replicas": 3}}
+    )
     assert body["metadata"]["generation"] == 2 and body["status"]["term"] == 2
     # A write that changes nothing does not bump the version (no watch event either).
-    again = co.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "ch-0",
-                                              {"spec": {"replicas": 3}})
+    again = co.patch_namespaced_custom_object(
+        GROUP, VERSION, NS, PLURAL, "ch-0", {"spec": {"replicas": 3}}
+    )
     assert again["metadata"]["resourceVersion"] == body["metadata"]["resourceVersion"]
     # The status is validated against the schema too.
     with pytest.raises(ApiException) as err:
-        co.patch_namespaced_custom_object_status(GROUP, VERSION, NS, PLURAL, "ch-0",
-                                                 {"status": {"term": -1}})
+        co.patch_namespaced_custom_object_status(
+            GROUP, VERSION, NS, PLURAL, "ch-0", {"status": {"term": -1}}
+        )
     assert err.value.status == 422 and "status.term" in err.value.body
 
 
@@ -100,8 +121,9 @@ def test_list_has_kind_and_resource_version(api: client.ApiClient) -> None:
     listed = co.list_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, limit=1)
     assert listed["kind"] == "PChannelList" and len(listed["items"]) == 1
     assert int(listed["metadata"]["resourceVersion"]) > 0
-    rest = co.list_namespaced_custom_object(GROUP, VERSION, NS, PLURAL,
-                                            _continue=listed["metadata"]["continue"])
+    rest = co.list_namespaced_custom_object(
+        GROUP, VERSION, NS, PLURAL, _continue=listed["metadata"]["continue"]
+    )
     assert [i["metadata"]["name"] for i in rest["items"]] == ["ch-1"]
     pods = client.CoreV1Api(api).list_namespaced_pod(NS)
     assert pods.kind == "PodList" and pods.metadata.resource_version
@@ -109,10 +131,16 @@ def test_list_has_kind_and_resource_version(api: client.ApiClient) -> None:
 
 def _events(co: client.CustomObjectsApi, **kw: Any) -> list[tuple[str, str, int]]:
     out = []
-    for ev in watch.Watch().stream(co.list_namespaced_custom_object, GROUP, VERSION, NS, PLURAL,
-                                   timeout_seconds=1, **kw):
-        out.append((ev["type"], ev["object"]["metadata"]["name"],
-                    ev["object"].get("status", {}).get("term", 0)))
+    for ev in watch.Watch().stream(
+        co.list_namespaced_custom_object, GROUP, VERSION, NS, PLURAL, timeout_seconds=1, **kw
+    ):
+        out.append(
+            (
+                ev["type"],
+                ev["object"]["metadata"]["name"],
+                ev["object"].get("status", {}).get("term", 0),
+            )
+        )
     return out
 
 
@@ -121,12 +149,16 @@ def test_watch_resumes_from_a_resource_version(api: client.ApiClient) -> None:
     created = _create(co, "ch-0")
     since = created["metadata"]["resourceVersion"]
     for term in (1, 2):
-        co.patch_namespaced_custom_object_status(GROUP, VERSION, NS, PLURAL, "ch-0",
-                                                 {"status": {"term": term}})
+        co.patch_namespaced_custom_object_status(
+            GROUP, VERSION, NS, PLURAL, "ch-0", {"status": {"term": term}}
+        )
     co.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "ch-0")
     started = time.monotonic()
     assert _events(co, resource_version=since) == [
-        ("MODIFIED", "ch-0", 1), ("MODIFIED", "ch-0", 2), ("DELETED", "ch-0", 2)]
+        ("MODIFIED", "ch-0", 1),
+        ("MODIFIED", "ch-0", 2),
+        ("DELETED", "ch-0", 2),
+    ]
     assert time.monotonic() - started < 5  # timeoutSeconds ended the stream
 
 
@@ -135,8 +167,9 @@ def test_watch_streams_live_events(api: client.ApiClient) -> None:
     seen: list[str] = []
 
     def watcher() -> None:
-        for ev in watch.Watch().stream(co.list_namespaced_custom_object, GROUP, VERSION, NS,
-                                       PLURAL, timeout_seconds=3):
+        for ev in watch.Watch().stream(
+            co.list_namespaced_custom_object, GROUP, VERSION, NS, PLURAL, timeout_seconds=3
+        ):
             seen.append(f"{ev['type']} {ev['object']['metadata']['name']}")
             if len(seen) == 2:
                 return
@@ -150,12 +183,14 @@ def test_watch_streams_live_events(api: client.ApiClient) -> None:
     assert seen == ["ADDED ch-live", "DELETED ch-live"]
 
 
-def test_watch_from_a_compacted_version_is_410_gone(api: client.ApiClient,
-                                                   emulator: KubeEmulator) -> None:
+def test_watch_from_a_compacted_version_is_410_gone(
+    api: client.ApiClient, emulator: KubeEmulator
+) -> None:
     co = client.CustomObjectsApi(api)
     old = _create(co, "ch-0")["metadata"]["resourceVersion"]
-    co.patch_namespaced_custom_object_status(GROUP, VERSION, NS, PLURAL, "ch-0",
-                                             {"status": {"term": 1}})
+    co.patch_namespaced_custom_object_status(
+        GROUP, VERSION, NS, PLURAL, "ch-0", {"status": {"term": 1}}
+    )
     emulator.compact()
     with pytest.raises(ApiException) as err:
         _events(co, resource_version=old)
@@ -168,17 +203,31 @@ def test_watch_from_a_compacted_version_is_410_gone(api: client.ApiClient,
 def test_label_and_field_selectors(api: client.ApiClient) -> None:
     core = client.CoreV1Api(api)
     for i, component in enumerate(("streaming-node", "streaming-node", "operator")):
-        core.create_namespaced_pod(NS, {"metadata": {"name": f"p{i}", "labels": {
-            "app.kubernetes.io/component": component}}, "spec": {"containers": [
-                {"name": "c", "image": "streamwal"}]}})
-    names = [p.metadata.name for p in core.list_namespaced_pod(
-        NS, label_selector="app.kubernetes.io/component=streaming-node").items]
+        core.create_namespaced_pod(
+            NS,
+            {
+                "metadata": {"name": f"p{i}", "labels": {"app.kubernetes.io/component": component}},
+                "spec": {"containers": [{"name": "c", "image": "streamwal"}]},
+            },
+        )
+    names = [
+        p.metadata.name
+        for p in core.list_namespaced_pod(
+            NS, label_selector="app.kubernetes.io/component=streaming-node"
+        ).items
+    ]
     assert names == ["p0", "p1"]
-    names = [p.metadata.name for p in core.list_namespaced_pod(
-        NS, label_selector="app.kubernetes.io/component notin (streaming-node)").items]
+    names = [
+        p.metadata.name
+        for p in core.list_namespaced_pod(
+            NS, label_selector="app.kubernetes.io/component notin (streaming-node)"
+        ).items
+    ]
     assert names == ["p2"]
-    names = [p.metadata.name for p in core.list_namespaced_pod(
-        NS, field_selector="metadata.name!=p0").items]
+    names = [
+        p.metadata.name
+        for p in core.list_namespaced_pod(NS, field_selector="metadata.name!=p0").items
+    ]
     assert names == ["p1", "p2"]
 
 
@@ -191,17 +240,26 @@ def test_finalizers_hold_deletion_until_removed(api: client.ApiClient) -> None:
     held = co.get_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "ch-0")
     assert held["metadata"]["deletionTimestamp"]
     # Kopf removes its finalizer with a JSON patch guarded by a resourceVersion test op.
-    stale = [{"op": "test", "path": "/metadata/resourceVersion", "value": "1"},
-             {"op": "remove", "path": "/metadata/finalizers/0"}]
+    stale = [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": "1"},
+        {"op": "remove", "path": "/metadata/finalizers/0"},
+    ]
     with pytest.raises(ApiException) as err:
-        co.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "ch-0", stale,
-                                          _content_type=JSON_PATCH)
+        co.patch_namespaced_custom_object(
+            GROUP, VERSION, NS, PLURAL, "ch-0", stale, _content_type=JSON_PATCH
+        )
     assert err.value.status == 422
-    ops = [{"op": "test", "path": "/metadata/resourceVersion",
-            "value": held["metadata"]["resourceVersion"]},
-           {"op": "remove", "path": "/metadata/finalizers/0"}]
-    co.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "ch-0", ops,
-                                      _content_type=JSON_PATCH)
+    ops = [
+        {
+            "op": "test",
+            "path": "/metadata/resourceVersion",
+            "value": held["metadata"]["resourceVersion"],
+        },
+        {"op": "remove", "path": "/metadata/finalizers/0"},
+    ]
+    co.patch_namespaced_custom_object(
+        GROUP, VERSION, NS, PLURAL, "ch-0", ops, _content_type=JSON_PATCH
+    )
     with pytest.raises(ApiException) as err:
         co.get_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "ch-0")
     assert err.value.status == 404

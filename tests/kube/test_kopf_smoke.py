@@ -18,7 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from tests.kube.conftest import CRD_FILE
 from tests.kube.emulator import KubeEmulator
 
-OPERATOR = '''
+OPERATOR = """
 import kopf
 
 @kopf.on.create("streamwal.io", "v1alpha1", "pchannels")
@@ -30,7 +30,7 @@ def created(body, patch, **_):
 @kopf.on.delete("streamwal.io", "v1alpha1", "pchannels")
 def deleted(name, logger, **_):
     logger.info(f"released {name}")
-'''
+"""
 G, V, P, NS = "streamwal.io", "v1alpha1", "pchannels", "default"
 
 
@@ -44,22 +44,32 @@ def wait_for(check: Callable[[], Any], timeout: float = 15) -> Any:
     raise AssertionError(f"timed out waiting for {check}")
 
 
-def test_kopf_operator_runs_against_the_emulator(emulator: KubeEmulator, kubeconfig: Path,
-                                                 tmp_path: Path) -> None:
+def test_kopf_operator_runs_against_the_emulator(
+    emulator: KubeEmulator, kubeconfig: Path, tmp_path: Path
+) -> None:
     api = config.new_client_from_config(config_file=str(kubeconfig))
     client.ApiextensionsV1Api(api).create_custom_resource_definition(
-        yaml.safe_load(CRD_FILE.read_text()))
+        yaml.safe_load(CRD_FILE.read_text())
+    )
     (tmp_path / "op.py").write_text(OPERATOR)
     log = tmp_path / "kopf.log"
     kopf = Path(sys.executable).parent / "kopf"
     with log.open("w") as out:
-        proc = subprocess.Popen([str(kopf), "run", "--standalone", "-n", NS,
-                                 str(tmp_path / "op.py")], stdout=out, stderr=subprocess.STDOUT,
-                                env={"KUBECONFIG": str(kubeconfig), "PATH": "/usr/bin:/bin"})
+        proc = subprocess.Popen(
+            [str(kopf), "run", "--standalone", "-n", NS, str(tmp_path / "op.py")],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={"KUBECONFIG": str(kubeconfig), "PATH": "/usr/bin:/bin"},
+        )
     try:
         co = client.CustomObjectsApi(api)
-        co.create_namespaced_custom_object(G, V, NS, P, {
-            "apiVersion": f"{G}/{V}", "kind": "PChannel", "metadata": {"name": "ch-0"}})
+        co.create_namespaced_custom_object(
+            G,
+            V,
+            NS,
+            P,
+            {"apiVersion": f"{G}/{V}", "kind": "PChannel", "metadata": {"name": "ch-0"}},
+        )
 
         def assigned() -> dict[str, Any] | None:
             obj = co.get_namespaced_custom_object(G, V, NS, P, "ch-0")
@@ -79,8 +89,9 @@ def test_kopf_operator_runs_against_the_emulator(emulator: KubeEmulator, kubecon
 
         wait_for(gone)
         events = wait_for(lambda: client.CoreV1Api(api).list_namespaced_event(NS).items)
-        assert any(e.involved_object.name == "ch-0" and e.reason == "Assigned"
-                   for e in events), [(e.involved_object.name, e.reason) for e in events]
+        assert any(e.involved_object.name == "ch-0" and e.reason == "Assigned" for e in events), [
+            (e.involved_object.name, e.reason) for e in events
+        ]
     finally:
         proc.terminate()
         try:

@@ -17,8 +17,14 @@ from tests.kube.emulator import KubeEmulator
 
 
 def pchannel(name: str, **spec: object) -> str:
-    return yaml.safe_dump({"apiVersion": "streamwal.io/v1alpha1", "kind": "PChannel",
-                           "metadata": {"name": name}, "spec": spec})
+    return yaml.safe_dump(
+        {
+            "apiVersion": "streamwal.io/v1alpha1",
+            "kind": "PChannel",
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+    )
 
 
 @pytest.fixture
@@ -34,25 +40,36 @@ def test_valid_pchannel_applies_with_defaults(crd: Kubectl) -> None:
     obj = json.loads(crd("get", "pch", "ch-0", "-o", "json").stdout)
     assert obj["spec"]["replicas"] == 3
     assert obj["spec"]["retention"] == {"age": "168h"}
-    assert obj["spec"]["placement"] == {"antiAffinity": "Required",
-                                        "topologyKey": "kubernetes.io/hostname"}
+    assert obj["spec"]["placement"] == {
+        "antiAffinity": "Required",
+        "topologyKey": "kubernetes.io/hostname",
+    }
     assert obj["metadata"]["generation"] == 1
     # Re-applying the same manifest is a no-op, as users expect from declarative config.
     assert "unchanged" in crd("apply", "-f", "-", stdin=pchannel("ch-0", replicas=3)).stdout
 
 
-@pytest.mark.parametrize(("spec", "expected"), [
-    ({"replicas": 2}, "spec.replicas: Invalid value: \"integer\": replicas must be odd"),
-    ({"replicas": 0}, "spec.replicas in body should be greater than or equal to 1"),
-    ({"replicas": 11}, "spec.replicas in body should be less than or equal to 9"),
-    ({"retention": {"age": "7 days"}}, "spec.retention.age in body should match"),
-    ({"retention": {"size": "10GB"}}, "spec.retention.size in body should match"),
-    ({"placement": {"antiAffinity": "Sometimes"}},
-     'spec.placement.antiAffinity: Unsupported value: "Sometimes"'),
-    ({"replicas": 1, "replication": 3}, 'strict decoding error: unknown field "spec.replication"'),
-])
-def test_invalid_pchannel_is_rejected_with_the_field_named(crd: Kubectl, spec: dict[str, object],
-                                                            expected: str) -> None:
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ({"replicas": 2}, 'spec.replicas: Invalid value: "integer": replicas must be odd'),
+        ({"replicas": 0}, "spec.replicas in body should be greater than or equal to 1"),
+        ({"replicas": 11}, "spec.replicas in body should be less than or equal to 9"),
+        ({"retention": {"age": "7 days"}}, "spec.retention.age in body should match"),
+        ({"retention": {"size": "10GB"}}, "spec.retention.size in body should match"),
+        (
+            {"placement": {"antiAffinity": "Sometimes"}},
+            'spec.placement.antiAffinity: Unsupported value: "Sometimes"',
+        ),
+        (
+            {"replicas": 1, "replication": 3},
+            'strict decoding error: unknown field "spec.replication"',
+        ),
+    ],
+)
+def test_invalid_pchannel_is_rejected_with_the_field_named(
+    crd: Kubectl, spec: dict[str, object], expected: str
+) -> None:
     out = crd("apply", "-f", "-", stdin=pchannel("bad", **spec), check=False)
     assert out.returncode != 0
     assert expected in out.stderr
@@ -62,10 +79,22 @@ def test_invalid_pchannel_is_rejected_with_the_field_named(crd: Kubectl, spec: d
 def test_get_shows_node_term_state_replicas(crd: Kubectl, emulator: KubeEmulator) -> None:
     crd("apply", "-f", "-", stdin=pchannel("ch-1", replicas=1))
     # The operator writes status through the subresource; kubectl can do the same.
-    status = {"status": {"state": "Assigned", "term": 4, "observedGeneration": 1,
-                         "node": {"id": 2, "address": "127.0.0.3:19530"},
-                         "conditions": [{"type": "Ready", "status": "True",
-                                         "reason": "Assigned", "message": "served by node 2"}]}}
+    status = {
+        "status": {
+            "state": "Assigned",
+            "term": 4,
+            "observedGeneration": 1,
+            "node": {"id": 2, "address": "127.0.0.3:19530"},
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "Assigned",
+                    "message": "served by node 2",
+                }
+            ],
+        }
+    }
     crd("patch", "pch", "ch-1", "--subresource=status", "--type=merge", "-p", json.dumps(status))
     lines = crd("get", "pch").stdout.splitlines()
     assert lines[0].split() == ["NAME", "NODE", "TERM", "STATE", "REPLICAS", "AGE"]
@@ -79,9 +108,15 @@ def test_explain_describes_every_field(crd: Kubectl) -> None:
     out = crd("explain", "pch.spec.replicas").stdout
     assert "FIELD: replicas <integer>" in out
     assert "Must be odd" in out
-    for path in ("pch.spec.retention.age", "pch.spec.placement.antiAffinity",
-                 "pch.status.term", "pch.status.node.address", "pch.status.replicas.ackedOffset",
-                 "pch.status.conditions.reason", "pch.status.observedGeneration"):
+    for path in (
+        "pch.spec.retention.age",
+        "pch.spec.placement.antiAffinity",
+        "pch.status.term",
+        "pch.status.node.address",
+        "pch.status.replicas.ackedOffset",
+        "pch.status.conditions.reason",
+        "pch.status.observedGeneration",
+    ):
         text = crd("explain", path).stdout
         description = text.split("DESCRIPTION:", 1)[1].strip()
         assert len(description) > 10, (path, text)

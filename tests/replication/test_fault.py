@@ -142,9 +142,7 @@ async def describe(cluster: LocalCluster, name: str):
 
 async def wait_healthy(cluster: LocalCluster, name: str, timeout: float = 30.0) -> None:
     try:
-        await wait_for(
-            lambda: cluster.replicas_healthy(name), timeout, 0.1, "3 healthy replicas"
-        )
+        await wait_for(lambda: cluster.replicas_healthy(name), timeout, 0.1, "3 healthy replicas")
     except TimeoutError:
         d = await describe(cluster, name)
         raise AssertionError(
