@@ -163,7 +163,7 @@ def threads(pid: int) -> set[int]:
     return {pid}
 
 
-def _tracefs() -> Path:
+def mounted_tracefs() -> Path:
     """The tracefs root, mounted if needed; raises ClickException saying why not."""
     if not (TRACEFS / "trace").exists():
         with contextlib.suppress(OSError, subprocess.SubprocessError):
@@ -220,18 +220,18 @@ async def trace_rounds(
 ) -> dict[str, dict]:
     """Every system started afresh; per round each in turn: an open-loop latency round
     with the trace on for `window_s` in its middle."""
-    root = _tracefs()
+    root = mounted_tracefs()
     paths = {s.name: Paths() for s in systems}
     latency: dict[str, list[dict]] = {s.name: [] for s in systems}
     by_name = {s.name: s for s in systems}
     async with started_afresh(systems) as (_, errors):
         if errors:
             raise click.ClickException(f"could not start: {errors}")
+        delay = max(0.0, (plan.latency_seconds - window_s) / 2)  # the window mid-round
         with _Tracer(root) as tracer:
             for k, order in enumerate(turns([s.name for s in systems], plan.latency_rounds), 1):
                 for name in order:
                     system = by_name[name]
-                    delay = max(0.0, (plan.latency_seconds - window_s) / 2)
                     window = asyncio.ensure_future(tracer.window(delay, window_s))
                     server = threads(system.server_pid)
                     try:

@@ -13,14 +13,14 @@ The command runs end to end where this machine lets it trace (root and tracefs).
 """
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 
-from streamwal.bench.sched_trace import TRACEFS, parse
+from streamwal.bench.sched_trace import mounted_tracefs, parse
 
 ONE_SEND = (Path(__file__).parent / "one_send.trace").read_text().splitlines()
 CROSS_CPU_SEND = (Path(__file__).parent / "cross_cpu_send.trace").read_text().splitlines()
@@ -71,14 +71,11 @@ def test_other_processes_are_not_counted() -> None:
 
 
 def _can_trace() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root"
-    if not (TRACEFS / "trace").exists():
-        mounted = subprocess.run(
-            ["mount", "-t", "tracefs", "nodev", str(TRACEFS)], capture_output=True
-        )
-        if mounted.returncode != 0:
-            return f"tracefs not mountable: {mounted.stderr.decode().strip()}"
+    """Why this machine cannot trace (tracefs mounted here if it can), or None."""
+    try:
+        mounted_tracefs()
+    except click.ClickException as err:
+        return err.message
     return None
 
 
