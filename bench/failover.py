@@ -9,7 +9,9 @@ first acknowledgement of a message sent after the kill (an ack already on its wa
 the dead leader does not count); then the killed node is started again and rejoins as
 a follower. The window is the coord's failure detection (probes every `PROBE_S`, down
 after `GRACE_S`) plus fencing the survivors, choosing and assigning the new leader, plus
-the client finding it; the two survivors are still a quorum.
+the client finding it; the two survivors are still a quorum. At the end every replica's
+log is read back and checked against the acknowledgements (streamwal.testing.history):
+a window bought by losing messages would not count.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from streamwal.errors import StreamingError
+from streamwal.testing.history import Acked, check, payload
 
 IN_FLIGHT = 4
 PROBE_S = 0.25
@@ -29,30 +32,37 @@ GRACE_S = 1.0
 
 
 class _Sender:
-    """Keeps `IN_FLIGHT` sends going; remembers (sent, acked) of every acknowledged one."""
+    """Keeps `IN_FLIGHT` sends going (one lane each, numbered messages in order); remembers
+    (sent, acked) and the offset of every acknowledged one."""
 
     def __init__(self, producer) -> None:
         self.producer = producer
         self.acks: list[tuple[float, float]] = []
+        self.acked: list[Acked] = []
         self.failed = 0
         self._stop = asyncio.Event()
-        self._tasks = [asyncio.create_task(self._lane()) for _ in range(IN_FLIGHT)]
+        self._tasks = [asyncio.create_task(self._lane(f"lane{i}")) for i in range(IN_FLIGHT)]
 
-    async def _lane(self) -> None:
+    async def _lane(self, lane: str) -> None:
+        index = 0
         while not self._stop.is_set():
             sent = time.monotonic()
             try:
-                await self.producer.send(b"failover-bench")
+                result = await self.producer.send(payload(lane, index))
                 self.acks.append((sent, time.monotonic()))
+                self.acked.append(Acked(lane, index, result.offset))
             except StreamingError:
                 self.failed += 1
                 await asyncio.sleep(0.01)
+            index += 1
 
     def first_ack_after(self, moment: float) -> float | None:
         later = [acked for sent, acked in self.acks if sent > moment]
         return min(later) - moment if later else None
 
     async def close(self) -> None:
+        if self._stop.is_set():
+            return
         self._stop.set()
         await asyncio.wait(self._tasks, timeout=30)
         for task in self._tasks:
@@ -80,6 +90,7 @@ async def failover_windows(
     """Kill the leader `kills` times; the unavailability windows and how they were made."""
     from streamwal.client.wal import connect
     from streamwal.coord.local_cluster import LocalCluster
+    from streamwal.testing.replica_logs import read_replicas
 
     cluster = LocalCluster(
         workdir, nodes=3, probe_interval=PROBE_S, grace=GRACE_S, log_level="warning"
@@ -104,6 +115,10 @@ async def failover_windows(
             await cluster.start_node(leader)  # back as a follower before the next round
             if tick is not None:
                 tick(f"failover {len(windows)}/{kills}: {windows[-1]:.2f} s")
+        await sender.close()
+        await _until(lambda: cluster.replicas_healthy(name, max_lag=1000), 60, "replicas")
+        members = {m.server_id: m.address for m in (await cluster.describe())[name].members}
+        verdict = check(await read_replicas(members, name), sender.acked)
     finally:
         if sender is not None:
             await sender.close()
@@ -120,4 +135,6 @@ async def failover_windows(
         "max_s": max(windows),
         "acked": len(sender.acks),
         "failed_sends": sender.failed,
+        "history_ok": verdict.ok,
+        "violations": dict(verdict.counts),
     }

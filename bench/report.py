@@ -117,7 +117,12 @@ def table(systems: dict[str, dict], sizes: tuple[int, ...], producers: tuple[int
             notes.append(
                 f"  {name} failover: leader SIGKILLed {fo['kills']}x, first quorum ack after "
                 f"median {fo['median_s']:.2f} s, max {fo['max_s']:.2f} s "
-                f"(coord probe {fo['probe_interval_s']} s, grace {fo['grace_s']} s)"
+                f"(coord probe {fo['probe_interval_s']} s, grace {fo['grace_s']} s); "
+                + (
+                    "every acknowledged message read back"
+                    if fo.get("history_ok", True)
+                    else f"HISTORY BROKEN: {fo['violations']}"
+                )
             )
     widths = [max(len(r[i]) for r in rows if i < len(r)) for i in range(len(head))]
     lines = [

@@ -41,6 +41,7 @@ from streamwal.client.routing import Reroute, RoutedProducer
 from streamwal.client.wal import WAL, connect
 from streamwal.coord.local_cluster import LocalCluster
 from streamwal.errors import StreamingError
+from streamwal.testing.history import Acked, Verdict, check, payload, read_log
 
 WINDOW = 64  # sends in flight per producer
 
@@ -83,25 +84,6 @@ class Failover:
     later: list[tuple[int, int]] = field(default_factory=list)  # further moves (node, term)
 
 
-@dataclass
-class Check:
-    acknowledged: int = 0
-    read_back: int = 0
-    missing: int = 0
-    duplicates: int = 0
-    out_of_order: int = 0
-    moved_offset: int = 0
-    unacknowledged_present: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return not (self.missing or self.duplicates or self.out_of_order or self.moved_offset)
-
-
-def payload(name: str, index: int) -> bytes:
-    return f"{name}:{index}".encode()
-
-
 async def produce_range(
     run: ProducerRun, start: int, stop: int, tick: Callable[[], None], deadline: float
 ) -> None:
@@ -128,36 +110,19 @@ async def produce_range(
         await asyncio.gather(*tasks)
 
 
-async def verify(wal: WAL, run: ProducerRun) -> Check:
-    """Read the run's pchannel back from its current owner and check the run's messages."""
+async def verify(wal: WAL, run: ProducerRun) -> Verdict:
+    """Read the run's pchannel back from its current owner and check the run's messages
+    (streamwal.testing.history: every ack there once, at its offset, in order)."""
     end = await wal.end_offset(run.pchannel)
     consumer = await wal.consumer(run.pchannel, end_offset=end)
-    check = Check(acknowledged=len(run.acked))
-    seen: dict[int, int] = {}  # index -> offset
-    last_index = -1
+    seen: list[tuple[int, bytes]] = []
     try:
         async for message in consumer:
-            name, _, raw = message.payload.decode().rpartition(":")
-            if name != run.name:
-                continue  # another producer's message
-            index = int(raw)
-            check.read_back += 1
-            if index in seen:
-                check.duplicates += 1
-                continue
-            seen[index] = message.offset
-            if index < last_index:
-                check.out_of_order += 1
-            last_index = max(last_index, index)
+            seen.append((message.offset, message.payload))
     finally:
         await consumer.close()
-    for index, offset in run.acked.items():
-        if index not in seen:
-            check.missing += 1
-        elif seen[index] != offset:
-            check.moved_offset += 1
-    check.unacknowledged_present = len(set(seen) - set(run.acked))
-    return check
+    acked = [Acked(run.name, index, offset) for index, offset in run.acked.items()]
+    return check([read_log(f"{run.pchannel} as consumed", seen)], acked)
 
 
 def _victim(wal: WAL) -> int:
@@ -283,11 +248,10 @@ async def run_dev(config: DevConfig, root: Path, echo: Callable[[str], None]) ->
         failovers = _failovers(before, runs, killed_at, victim, events, addresses)
         checks = {n: await verify(wal, r) for n, r in runs.items()}
         unclean = [f.pchannel for f in failovers if f.unclean]
-        stranded = sum(checks[n].missing for n in unclean)
-        totals = Check()
+        stranded = sum(checks[n].counts["lost"] for n in unclean)
+        totals = Verdict()
         for c in checks.values():
-            for attr in vars(totals):
-                setattr(totals, attr, getattr(totals, attr) + getattr(c, attr))
+            totals.merge(c)
         ok = totals.ok and not any(r.failed for r in runs.values())
         ok = ok and all(f.new_term is not None and f.new_term > f.old_term for f in failovers)
         summary = {
@@ -302,11 +266,13 @@ async def run_dev(config: DevConfig, root: Path, echo: Callable[[str], None]) ->
             "acknowledged": totals.acknowledged,
             "send_failures": sum(r.failed for r in runs.values()),
             "read_back": totals.read_back,
-            "missing": totals.missing,
-            "duplicates": totals.duplicates,
-            "out_of_order": totals.out_of_order,
-            "moved_offset": totals.moved_offset,
-            "unacknowledged_present": totals.unacknowledged_present,
+            "missing": totals.counts["lost"],
+            "duplicates": totals.counts["duplicate"],
+            "out_of_order": totals.counts["out_of_order"],
+            "moved_offset": totals.counts["moved"],
+            "unacknowledged_present": totals.unacknowledged,
+            "violations": dict(totals.counts),
+            "problems": totals.problems[:10],
             "unclean_failovers": unclean,
             "stranded_on_killed_node": stranded,
             "failovers": [vars(f) for f in failovers],

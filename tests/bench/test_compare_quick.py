@@ -81,6 +81,6 @@ def test_compare_smoke_prints_a_table_then_the_json_of_every_system(tmp_path):
     r3 = result["systems"]["streamwal_r3"]
     assert r3["durability"].startswith("quorum")
     assert r3["failover"]["kills"] == 1 and 0 < r3["failover_max_s"] < 30, r3["failover"]
-    assert r3["failover"]["acked"] > 0
+    assert r3["failover"]["acked"] > 0 and r3["failover"]["history_ok"], r3["failover"]
     assert "streamwal_r3 failover: leader SIGKILLed 1x" in out
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -12,7 +12,8 @@ from streamwal.coord import state_machine as sm
 from streamwal.coord.dev import DevConfig, run_dev
 from streamwal.proto import coord_pb2 as cpb
 from streamwal.proto import streaming_pb2 as pb
-from tests.replication.checker import Acked, check, read_replicas
+from streamwal.testing.history import Acked, check
+from streamwal.testing.replica_logs import read_replicas
 from tests.support import wait_for
 
 

@@ -4,8 +4,8 @@ wakes up after a new term neither accepts nor exposes anything.
 
 Real processes: a coord and 3 nodes (`LocalCluster`), idempotent routed producers at the
 default ack level (QUORUM for replicas > 1), a routed consumer reading throughout. After
-the faults the producers stop, the replicas catch up, and `checker` reads every replica's
-log through Fetch and checks it against what was acknowledged and what was consumed.
+the faults the producers stop, the replicas catch up, and every replica's log, read through
+Fetch, is checked (`streamwal.testing.history`) against what was acknowledged and consumed.
 Prints each failover's unavailability window: from the kill to the first quorum ack after.
 """
 
@@ -28,7 +28,8 @@ from streamwal.client.routing import RoutedConsumer, RoutedProducer
 from streamwal.client.wal import WAL, connect
 from streamwal.coord.local_cluster import LocalCluster
 from streamwal.errors import StreamingError
-from tests.replication.checker import Acked, check, payload, read_replicas
+from streamwal.testing.history import Acked, check, payload
+from streamwal.testing.replica_logs import read_replicas
 from tests.support import wait_for
 
 KILLS = int(os.environ.get("STREAMWAL_FAULT_KILLS", "20"))
