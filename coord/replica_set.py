@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from streamwal.coord.balancer import eligible
 from streamwal.coord.leader_choice import has_quorum, majority
+from streamwal.proto import coord_pb2 as cpb
 
 
 def replica_loads(sets: Mapping[str, Collection[int]], nodes: Iterable[int]) -> dict[int, int]:
@@ -157,3 +158,12 @@ def joint_complete(
     the log's end when it was chosen.
     """
     return all(n == leader or acked.get(n, -1) >= joint_until for n in members)
+
+
+def is_replicated(record: cpb.ChannelRecord) -> bool:
+    """Replicated pchannels change terms as a set; the others move one owner at a time."""
+    return record.replicas > 1 or len(record.members) > 0
+
+
+def member_ids(record: cpb.ChannelRecord) -> tuple[int, ...]:
+    return tuple(m.server_id for m in record.members)

@@ -31,12 +31,19 @@ UNAVAILABLE = State.PCHANNEL_META_STATE_UNAVAILABLE
 
 
 class Step(StrEnum):
-    """The named steps of a reassignment; crash injection and logs use these names."""
+    """The named steps of the coord's sagas (coord/sagas.py): a reassignment is
+    persist-assigning, remove, assign, persist-assigned; a replicated term change is
+    persist-assigning, fence, assign (the leader), assign-followers, persist-assigned.
+    Step hooks (crash injection in tests and the simulator) and logs use these names."""
 
     PERSIST_ASSIGNING = "persist-assigning"
     REMOVE = "remove"
+    FENCE = "fence"
     ASSIGN = "assign"
+    ASSIGN_FOLLOWERS = "assign-followers"
     PERSIST_ASSIGNED = "persist-assigned"
+    PERSIST_UNAVAILABLE = "persist-unavailable"
+    PERSIST_JOINT_DONE = "persist-joint-done"
 
 
 class InvalidTransition(ValueError):
@@ -56,6 +63,17 @@ class NodeRef:
     @staticmethod
     def from_proto(info: pb.StreamingNodeInfo) -> NodeRef:
         return NodeRef(info.server_id, info.address)
+
+
+def node_ref(
+    nodes: Mapping[int, str], node: int, members: Iterable[pb.StreamingNodeInfo] = ()
+) -> NodeRef:
+    """A node by id: its address from the node set, else as `members` (a replicated
+    pchannel's record) name it; "" when neither knows it."""
+    address = nodes.get(node)
+    if address is None:
+        address = next((m.address for m in members if m.server_id == node), "")
+    return NodeRef(node, address)
 
 
 @dataclass(frozen=True)

@@ -86,10 +86,14 @@ class Cluster:
             self.node_ports[node_id] = free_port()
         return f"127.0.0.1:{self.node_ports[node_id]}"
 
-    def _spawn(self, args: list[str], log: Path, env: dict[str, str] | None = None):
+    def _spawn(
+        self, args: list[str], log: Path, env: dict[str, str] | None = None, crash_at: str = ""
+    ):
+        # With `crash_at`, the coord SIGKILLs itself right after that step (testing/crash.py).
+        crash = [sys.executable, "-m", "streamwal.testing.crash", "--at", crash_at, "--"]
         with open(log, "ab") as err:
             proc = subprocess.Popen(
-                [STREAMWAL, *args],
+                [*(crash if crash_at else [STREAMWAL]), *args],
                 stdout=subprocess.DEVNULL,
                 stderr=err,
                 cwd=self.root,
@@ -121,7 +125,12 @@ class Cluster:
         proc.wait(timeout=10)
 
     async def start_coord(
-        self, node_ids, *args: str, env: dict[str, str] | None = None, wait: bool = True
+        self,
+        node_ids,
+        *args: str,
+        env: dict[str, str] | None = None,
+        wait: bool = True,
+        crash_at: str = "",
     ) -> subprocess.Popen:
         nodes = ",".join(f"{i}={self.node_address(i)}" for i in node_ids)
         proc = self._spawn(
@@ -141,6 +150,7 @@ class Cluster:
             ],
             self.coord_log,
             env,
+            crash_at,
         )
         self.coord_proc = proc
         if wait:

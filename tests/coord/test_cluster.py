@@ -12,6 +12,7 @@ from grpc import aio
 
 from streamwal.client.node_client import NodeClient
 from streamwal.coord import state_machine as sm
+from streamwal.coord.sagas import SINGLE_STEPS
 from streamwal.errors import ChannelFenced, ChannelNotExist, UnmatchedChannelTerm
 from streamwal.proto import coord_pb2 as cpb
 from streamwal.proto import milvus_pb2 as mpb
@@ -295,7 +296,7 @@ async def test_drain_moves_channels_away(cluster):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("step", [s.value for s in sm.Step])
+@pytest.mark.parametrize("step", [s.value for s in SINGLE_STEPS])
 async def test_coord_kill_9_at_every_step_converges(cluster, step):
     """Crash the coord right after each step of a move; the next coord finishes it."""
     for i in (1, 2):
@@ -306,9 +307,7 @@ async def test_coord_kill_9_at_every_step_converges(cluster, step):
     on_1 = {n for n, d in before.items() if d.meta.node.server_id == 1}
     cluster.kill_coord()
 
-    crashing = await cluster.start_coord(
-        [1, 2], "--max-moves", "8", env={"STREAMWAL_COORD_CRASH_AT": step}
-    )
+    crashing = await cluster.start_coord([1, 2], "--max-moves", "8", crash_at=step)
     await cluster.stub().DrainNode(cpb.DrainNodeRequest(server_id=1), timeout=5)
     assert await asyncio.to_thread(crashing.wait, 15) == -9
     assert [e["step"] for e in cluster.coord_events("crash injected")] == [step]

@@ -1,18 +1,23 @@
 """The coord with replicated pchannels against real node processes: placement on distinct
 nodes with one leader, the CLI, and re-replication of a lost follower onto a spare node.
-(Leader failovers under load are the fault test's: tests/replication/test_fault.py.)"""
+The replicated term change crashed at every step recovers. (Leader failovers under load
+are the fault test's: tests/replication/test_fault.py.)"""
 
 from __future__ import annotations
 
 import asyncio
 import urllib.request
 
+import pytest
+
 from streamwal.client.node_client import NodeClient
 from streamwal.coord import state_machine as sm
 from streamwal.coord.dev import DevConfig, run_dev
+from streamwal.coord.sagas import TERM_CHANGE_STEPS
+from streamwal.errors import StreamingError
 from streamwal.proto import coord_pb2 as cpb
 from streamwal.proto import streaming_pb2 as pb
-from streamwal.testing.history import Acked, check
+from streamwal.testing.history import Acked, check, payload
 from streamwal.testing.replica_logs import read_replicas
 from tests.support import wait_for
 
@@ -161,3 +166,54 @@ async def test_streamwal_dev_with_3_replicas_loses_nothing_even_without_a_restar
         assert f["new_node"] != summary["killed_node"] and f["new_term"] > f["old_term"]
     assert summary["acknowledged"] == summary["sent"] == 6000
     assert summary["ok"], summary
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("step", [s.value for s in TERM_CHANGE_STEPS])
+async def test_coord_kill_9_at_every_step_of_a_term_change_recovers(cluster, step):
+    """Crash the coord right after each step of a replicated term change (a drained
+    leader's handover); the next coord finishes the change under a higher term: one
+    leader, off the drained node, every acknowledged message on every replica, and the old
+    leader's term refuses appends."""
+    for i in (1, 2, 3):
+        await cluster.start_node(i)
+    await cluster.start_coord([1, 2, 3])
+    (name,) = await cluster.create(1, prefix="rc", replicas=3)
+    d = await wait_for(lambda: settled(cluster, name), 20, 0.1, "3 replicas placed")
+    leader, term = d.meta.node.server_id, d.meta.channel.term
+    async with NodeClient(cluster.node_address(leader)) as nc:
+        producer = await nc.producer(name, term)
+        acked = [await producer.send(payload("m", i)) for i in range(50)]
+        await producer.close()
+    cluster.kill_coord()
+
+    crashing = await cluster.start_coord([1, 2, 3], crash_at=step)
+    await cluster.stub().DrainNode(cpb.DrainNodeRequest(server_id=leader), timeout=5)
+    assert await asyncio.to_thread(crashing.wait, 20) == -9
+    assert [e["step"] for e in cluster.coord_events("crash injected")] == [step]
+    await cluster._channel.close()
+    cluster._channel = None
+
+    await cluster.start_coord([1, 2, 3])
+
+    async def handed_over():
+        d = await settled(cluster, name)
+        return d if d is not None and d.meta.node.server_id != leader else None
+
+    d = await wait_for(handed_over, 30, 0.1, "a new leader off the drained node")
+    final = d.meta.channel.term
+    assert final > term
+    got = {n: await roles(cluster, n, name) for n in (1, 2, 3)}
+    assert [n for n, r in got.items() if r == (final, pb.REPLICA_ROLE_LEADER)] == [
+        d.meta.node.server_id
+    ], got
+    assert sorted(n for n, r in got.items() if r == (final, pb.REPLICA_ROLE_FOLLOWER)) == sorted(
+        {1, 2, 3} - {d.meta.node.server_id}
+    ), got
+    async with NodeClient(cluster.node_address(leader)) as nc:
+        with pytest.raises(StreamingError):
+            stale = await nc.producer(name, term)
+            await asyncio.wait_for(stale.send(b"stale"), 5)
+    logs = await read_replicas({m.server_id: m.address for m in d.members}, name)
+    verdict = check(logs, [Acked("m", i, r.offset) for i, r in enumerate(acked)])
+    assert verdict.ok, verdict.summary()

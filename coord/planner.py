@@ -1,0 +1,426 @@
+"""What one reconcile round does: `plan(snapshot, observations, now) -> Plan`. Pure, no I/O.
+
+A round looks at every pchannel once and gives each at most one job:
+
+- single-replica pchannels (`state_machine`, `balancer`): resume a half-done move whose
+  target is alive, place new ones, fail over those whose owner is not alive, re-assign
+  those whose live owner does not serve them (probed after the assignment, or reported
+  by a client and confirmed), and mark UNAVAILABLE what no live node can take;
+- replicated pchannels (`replica_set.next_step`): a term change (placement, failover,
+  replacement of a lost or drained member, handover, resume), followers that rejoin,
+  the end of a joint quorum, or UNAVAILABLE when no majority is alive;
+- then every (pchannel, term) a node serves without owning it at that term is removed;
+- then, when due, at most `max_moves` single-replica pchannels move to even the load.
+
+The jobs run in those three waves (`Plan.waves`) by the executor, which re-checks under
+the pchannel's lock that the record is still the version planned from: a record changed
+since (another writer, a user's destroy) skips the job, and the next round decides again.
+Each job is a saga of steps (`sagas`); nothing here waits, reads a clock or calls a node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from streamwal.coord import balancer
+from streamwal.coord import replica_set as rs
+from streamwal.coord import state_machine as sm
+from streamwal.coord.memory import Memory, NodeReport
+from streamwal.coord.meta_store import Stored
+from streamwal.proto import coord_pb2 as cpb
+from streamwal.proto import streaming_pb2 as pb
+
+LEADER = pb.ReplicaRole.REPLICA_ROLE_LEADER
+FOLLOWER = pb.ReplicaRole.REPLICA_ROLE_FOLLOWER
+
+
+# ----------------------------------------------------------------- inputs
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the coord holds: records (with versions), the node set and its memory."""
+
+    records: Mapping[str, Stored]  # every record, destroyed ones included
+    nodes: Mapping[int, str]  # node id -> address
+    drained: frozenset[int]
+    memory: Memory  # read, never written, by the planner
+    rebalance_due: bool = False
+    max_moves: int = 1
+    tolerance: int = 1
+
+
+@dataclass(frozen=True)
+class Observations:
+    """What probes and clients told: liveness, and confirmed client reports."""
+
+    alive: frozenset[int]  # not (yet) declared lost
+    live: frozenset[int]  # answered recently: may get new pchannels
+    lost: frozenset[int] = frozenset()  # declared lost (past the grace period)
+    rechecked: frozenset[str] = frozenset()  # reported by clients, not served by the owner
+
+
+# ----------------------------------------------------------------- jobs
+
+
+@dataclass(frozen=True)
+class Reassign:
+    """Move a single-replica pchannel to `target` (None: finish the persisted move)."""
+
+    name: str
+    version: str
+    target: sm.NodeRef | None
+    reason: str  # placement, failover, resume, recheck, rebalance
+
+
+@dataclass(frozen=True)
+class MarkUnavailable:
+    """Nothing can take the pchannel now: persist UNAVAILABLE and say why."""
+
+    name: str
+    version: str
+    node: int | None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class ChangeTerm:
+    """Run a replicated term change onto `members` (sagas.term_change)."""
+
+    name: str
+    version: str
+    members: tuple[int, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
+class Rejoin:
+    """Assign these members (back) as followers under the current term."""
+
+    name: str
+    version: str
+    nodes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class CompleteJoint:
+    """Every member holds the log up to the change point: drop the previous set."""
+
+    name: str
+    version: str
+
+
+@dataclass(frozen=True)
+class RemoveStale:
+    """Remove a (pchannel, term) a node serves without owning it (best effort)."""
+
+    node: sm.NodeRef
+    name: str
+    term: int
+
+
+Job = Reassign | MarkUnavailable | ChangeTerm | Rejoin | CompleteJoint | RemoveStale
+
+
+@dataclass(frozen=True)
+class Plan:
+    assign: tuple[Job, ...] = ()  # wave 1: every pchannel's own job
+    fence: tuple[RemoveStale, ...] = ()  # wave 2
+    rebalance: tuple[Reassign, ...] = ()  # wave 3
+    # Pchannels led per node when the round began; the round's term changes count their
+    # choices into a copy, so that pchannels placed together get different leaders.
+    leaders: Mapping[int, int] = field(default_factory=dict)
+    rebalanced: bool = False  # the round consumed a due rebalance
+
+    @property
+    def waves(self) -> tuple[tuple[Job, ...], ...]:
+        return (self.assign, self.fence, self.rebalance)
+
+    def __len__(self) -> int:
+        return len(self.assign) + len(self.fence) + len(self.rebalance)
+
+
+# ----------------------------------------------------------------- the round
+
+
+def plan(snapshot: Snapshot, seen: Observations, now: float) -> Plan:
+    """Every job of one round (see the module docstring)."""
+    alive = seen.alive & set(snapshot.nodes)
+    live_records = {n: s for n, s in snapshot.records.items() if not s.record.destroyed}
+    replicated = {n: s for n, s in live_records.items() if rs.is_replicated(s.record)}
+    single = {n: s for n, s in live_records.items() if n not in replicated}
+    metas = {n: s.record.meta for n, s in live_records.items()}
+
+    jobs, targets = _single(snapshot, seen, alive, single, metas)
+    leaders = leader_counts(metas.values())
+    jobs.extend(_replicated(snapshot, seen, alive, replicated, now))
+    fence = tuple(remove_stale(snapshot, metas))
+    rebalance: tuple[Reassign, ...] = ()
+    if snapshot.rebalance_due:
+        rebalance = tuple(_rebalance(snapshot, seen, single, targets))
+    return Plan(tuple(jobs), fence, rebalance, leaders, snapshot.rebalance_due)
+
+
+def _single(
+    snapshot: Snapshot,
+    seen: Observations,
+    alive: set[int],
+    single: Mapping[str, Stored],
+    metas: Mapping[str, pb.PChannelMeta],
+) -> tuple[list[Job], dict[str, int | None]]:
+    """Single-replica pchannels' jobs, and where each one that has a job will be."""
+    memory = snapshot.memory
+    single_metas = {n: s.record.meta for n, s in single.items()}
+    forced = {n for n in seen.rechecked if n in single} | missing_single(
+        single_metas, memory.reports, memory.assigned_at
+    )
+    jobs: list[Job] = []
+    targets: dict[str, int | None] = {}
+    need: dict[str, str] = {}
+    for name, stored in single.items():
+        meta = stored.record.meta
+        owner = sm.owner(meta)
+        owner_alive = owner is not None and owner.server_id in alive
+        if name in forced:
+            need[name] = "recheck"
+        elif meta.state == sm.ASSIGNING and owner_alive and name not in memory.failed_target:
+            jobs.append(Reassign(name, stored.version, None, "resume"))
+            targets[name] = meta.node.server_id
+        elif meta.state == sm.ASSIGNING or sm.needs_assignment(meta, alive):
+            need[name] = "placement" if meta.state == sm.UNINITIALIZED else "failover"
+
+    placement = {
+        n: m.node.server_id
+        for n, m in metas.items()
+        if n not in need and m.state in (sm.ASSIGNED, sm.ASSIGNING) and m.node.server_id in alive
+    }
+    for name in sorted(need):
+        stored = single[name]
+        failed = memory.failed_target.get(name)
+        candidates = seen.live - {failed} if seen.live - {failed} else seen.live
+        chosen = balancer.place([name], placement, candidates, snapshot.drained)
+        if name not in chosen:
+            # Nowhere to go now; the pchannel waits (and says so) until a node is live.
+            meta = stored.record.meta
+            owner = sm.owner(meta)
+            if meta.state in (sm.ASSIGNED, sm.ASSIGNING) and (
+                owner is None or owner.server_id not in alive
+            ):
+                node = owner.server_id if owner is not None else None
+                jobs.append(MarkUnavailable(name, stored.version, node))
+            targets[name] = None
+            continue
+        placement[name] = chosen[name]
+        targets[name] = chosen[name]
+        jobs.append(Reassign(name, stored.version, _ref(snapshot, chosen[name]), need[name]))
+    return jobs, targets
+
+
+def _replicated(
+    snapshot: Snapshot,
+    seen: Observations,
+    alive: set[int],
+    replicated: Mapping[str, Stored],
+    now: float,
+) -> list[Job]:
+    """Replicated pchannels' jobs: each gets `replica_set.next_step`."""
+    memory = snapshot.memory
+    sets = {n: rs.member_ids(s.record) for n, s in snapshot.records.items()}
+    loads = rs.replica_loads({n: m for n, m in sets.items() if m}, snapshot.nodes)
+    jobs: list[Job] = []
+    for name in sorted(replicated):
+        stored = replicated[name]
+        record = stored.record
+        view = channel_view(record, memory, now)
+        step = rs.next_step(view, alive, seen.live, snapshot.drained, loads)
+        if isinstance(step, rs.TermChange):
+            for node in set(step.members) - set(rs.member_ids(record)):
+                loads[node] = loads.get(node, 0) + 1  # the next placement sees it
+            jobs.append(ChangeTerm(name, stored.version, step.members, step.reason))
+        elif isinstance(step, rs.Rejoin):
+            jobs.append(Rejoin(name, stored.version, step.nodes))
+        elif isinstance(step, rs.Wait):
+            meta = record.meta
+            if meta.state == sm.ASSIGNED and meta.node.server_id not in alive:
+                jobs.append(MarkUnavailable(name, stored.version, meta.node.server_id, step.reason))
+        elif record.previous_members and joint_done(record, memory.reports):
+            jobs.append(CompleteJoint(name, stored.version))
+    return jobs
+
+
+def _rebalance(
+    snapshot: Snapshot,
+    seen: Observations,
+    single: Mapping[str, Stored],
+    targets: Mapping[str, int | None],
+) -> list[Reassign]:
+    """Moves that even the load, counted as if this round's jobs succeeded; a pchannel
+    with a job this round does not move again. Replicated pchannels are not moved here:
+    a drained or lost member is replaced by a term change, which prefers an up-to-date
+    follower as leader."""
+    placement: dict[str, int] = {}
+    for name, stored in single.items():
+        meta = stored.record.meta
+        placed = name in targets or meta.state == sm.ASSIGNED
+        node = targets.get(name, meta.node.server_id)
+        if placed and node is not None and node in seen.live:
+            placement[name] = node
+    moves = balancer.rebalance(
+        placement, seen.live, snapshot.drained, snapshot.max_moves, snapshot.tolerance
+    )
+    return [
+        Reassign(m.channel, single[m.channel].version, _ref(snapshot, m.target), "rebalance")
+        for m in moves
+        if m.channel not in targets
+    ]
+
+
+def remove_stale(snapshot: Snapshot, metas: Mapping[str, pb.PChannelMeta]) -> list[RemoveStale]:
+    """Every (pchannel, term) a node reports serving without owning it at that term."""
+    members = members_by_channel(snapshot.records)
+    out = []
+    for node, report in sorted(snapshot.memory.reports.items()):
+        if node not in snapshot.nodes:
+            continue
+        for info in sm.stale_channels(node, report.served(), metas, members):
+            out.append(RemoveStale(_ref(snapshot, node), info.name, info.term))
+    return out
+
+
+def _ref(snapshot: Snapshot, node: int) -> sm.NodeRef:
+    return sm.node_ref(snapshot.nodes, node)
+
+
+# ----------------------------------------------------------------- views
+
+
+def leader_counts(metas: Iterable[pb.PChannelMeta]) -> dict[int, int]:
+    """ASSIGNED pchannels per owner (leader) node."""
+    out: dict[int, int] = {}
+    for meta in metas:
+        if meta.state == sm.ASSIGNED:
+            out[meta.node.server_id] = out.get(meta.node.server_id, 0) + 1
+    return out
+
+
+def members_by_channel(records: Mapping[str, Stored]) -> dict[str, set[int]]:
+    """Member nodes of every live replicated pchannel: they may serve it (lead or follow)."""
+    return {
+        n: set(rs.member_ids(s.record))
+        for n, s in records.items()
+        if not s.record.destroyed and rs.is_replicated(s.record)
+    }
+
+
+def missing_single(
+    metas: Mapping[str, pb.PChannelMeta],
+    reports: Mapping[int, NodeReport],
+    assigned_at: Mapping[str, float],
+) -> set[str]:
+    """ASSIGNED pchannels whose live owner, probed after the assignment, does not serve them."""
+    out: set[str] = set()
+    for node, report in reports.items():
+        for name in sm.missing_channels(node, report.served(), metas):
+            if assigned_at.get(name, 0.0) < report.started:
+                out.add(name)
+    return out
+
+
+def leader_status(
+    record: cpb.ChannelRecord, reports: Mapping[int, NodeReport]
+) -> pb.PChannelStatus | None:
+    """What the leader last reported of the pchannel at its current term."""
+    meta = record.meta
+    report = reports.get(meta.node.server_id)
+    status = report.channels.get(meta.channel.name) if report else None
+    if status is None or status.pchannel.term != meta.channel.term or status.role != LEADER:
+        return None
+    return status
+
+
+def missing_members(record: cpb.ChannelRecord, memory: Memory) -> frozenset[int]:
+    """Members probed after the last assignment that do not serve it in their role."""
+    meta = record.meta
+    name, term = meta.channel.name, meta.channel.term
+    assigned_at = memory.assigned_at.get(name, 0.0)
+    out = set()
+    for node in rs.member_ids(record):
+        report = memory.reports.get(node)
+        since = max(assigned_at, memory.rejoined_at.get((name, node), 0.0))
+        if report is None or report.started <= since:
+            continue
+        status = report.channels.get(name)
+        want = LEADER if node == meta.node.server_id else FOLLOWER
+        if status is None or status.pchannel.term != term or status.role != want:
+            out.add(node)
+    return frozenset(out)
+
+
+def caught_up(record: cpb.ChannelRecord, memory: Memory, now: float) -> frozenset[int]:
+    """Followers the leader last reported at its log end (lag 0); none while a handover
+    the leader won backs off."""
+    status = leader_status(record, memory.reports)
+    if status is None or now < memory.handover_after.get(record.meta.channel.name, 0):
+        return frozenset()
+    return frozenset(p.node_id for p in status.replicas if p.lag == 0)
+
+
+def channel_view(record: cpb.ChannelRecord, memory: Memory, now: float) -> rs.ChannelView:
+    meta = record.meta
+    members = rs.member_ids(record)
+    return rs.ChannelView(
+        assigned=meta.state == sm.ASSIGNED,
+        placed=bool(members),
+        leader=meta.node.server_id if members else None,
+        members=members,
+        previous=tuple(m.server_id for m in record.previous_members),
+        wanted=max(record.replicas, 1),
+        missing=missing_members(record, memory) if meta.state == sm.ASSIGNED else frozenset(),
+        caught_up=caught_up(record, memory, now),
+    )
+
+
+def joint_done(record: cpb.ChannelRecord, reports: Mapping[int, NodeReport]) -> bool:
+    """Whether the leader reports every member holding the log up to the change point."""
+    status = leader_status(record, reports)
+    if status is None:
+        return False
+    acked = {p.node_id: p.acked_offset for p in status.replicas}
+    return rs.joint_complete(
+        rs.member_ids(record), record.meta.node.server_id, record.joint_until, acked
+    )
+
+
+def needs_action(node: int, snapshot: Snapshot) -> bool:
+    """Whether `node`'s latest report asks for a round now: it serves something stale, a
+    replicated member is missing, or an owner misses a pchannel assigned before the probe."""
+    report = snapshot.memory.reports.get(node)
+    if report is None:
+        return False
+    records = snapshot.records
+    metas = {n: s.record.meta for n, s in records.items() if not s.record.destroyed}
+    replicated = members_by_channel(records)
+    if sm.stale_channels(node, report.served(), metas, replicated):
+        return True
+    for name in replicated:
+        record = records[name].record
+        if record.meta.state == sm.ASSIGNED and node in missing_members(record, snapshot.memory):
+            return True
+    return any(
+        snapshot.memory.assigned_at.get(n, 0.0) < report.started
+        for n in sm.missing_channels(node, report.served(), metas)
+    )
+
+
+def describe_replication(
+    record: cpb.ChannelRecord, reports: Mapping[int, NodeReport], out: cpb.ChannelDescription
+) -> None:
+    """Fill the replication part of a description from the record and the leader."""
+    out.replicas = max(record.replicas, 1)
+    out.members.extend(record.members)
+    status = leader_status(record, reports)
+    if status is not None:
+        out.progress.extend(status.replicas)
+        out.next_offset = status.next_offset
+        out.commit_offset = status.commit_offset

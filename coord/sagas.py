@@ -1,0 +1,421 @@
+"""Every job of a round as a fixed sequence of steps. Pure, no I/O.
+
+A saga is a generator: it yields a step (persist a record, call nodes, announce an
+outcome), the executor runs it and sends back its outcome, and the saga yields the next
+step or returns its result. The same saga run with the same outcomes yields the same
+steps, so a table of outcomes tests a whole reassignment or term change without a node.
+
+Every step that changes something is idempotent or fenced by the term, and every saga
+starts by persisting its intent: a coord that dies after any step finds the record
+ASSIGNING and the next round resumes it (`state_machine.next_actions`) or, for a
+replicated pchannel, starts over under yet another term (never choosing twice under one
+term: two leaders of one term could have written different records under it).
+
+A replicated term change (placement, failover, replacement of a lost or drained member,
+handover, resuming a half-done change):
+
+1. persist ASSIGNING: term + 1, the new member set (and the previous set, while members
+   change: joint quorum), the old leader pushed into histories;
+2. Fence every alive voter and new member at the new term, in parallel, bounded: from
+   then on the old leader cannot reach a quorum, so nothing more becomes committed;
+3. choose the leader from the voters' reports (`leader_choice`: a majority of every
+   voting set required);
+4. Assign LEADER (with the members) to it;
+5. Assign FOLLOWER to the other live members (best effort: a failure rejoins later);
+6. persist ASSIGNED with the leader; AssignmentDiscover tells clients.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from streamwal.coord import catch_up
+from streamwal.coord import leader_choice as lc
+from streamwal.coord import replica_set as rs
+from streamwal.coord import state_machine as sm
+from streamwal.errors import StreamingError
+from streamwal.proto import coord_pb2 as cpb
+from streamwal.proto import streaming_pb2 as pb
+
+LEADER = pb.ReplicaRole.REPLICA_ROLE_LEADER
+FOLLOWER = pb.ReplicaRole.REPLICA_ROLE_FOLLOWER
+SINGLE_STEPS = (
+    sm.Step.PERSIST_ASSIGNING,
+    sm.Step.REMOVE,
+    sm.Step.ASSIGN,
+    sm.Step.PERSIST_ASSIGNED,
+)
+TERM_CHANGE_STEPS = (
+    sm.Step.PERSIST_ASSIGNING,
+    sm.Step.FENCE,
+    sm.Step.ASSIGN,
+    sm.Step.ASSIGN_FOLLOWERS,
+    sm.Step.PERSIST_ASSIGNED,
+)
+
+
+# ----------------------------------------------------------------- steps
+
+
+@dataclass(frozen=True)
+class Persist:
+    """Write `record` to the meta store (then the view and AssignmentDiscover follow)."""
+
+    record: cpb.ChannelRecord
+    step: sm.Step
+
+
+@dataclass(frozen=True)
+class Remove:
+    """Remove the pchannel at `term` on `node`; outcome: the error, or None."""
+
+    node: sm.NodeRef
+    name: str
+    term: int
+    timeout: float
+    step: sm.Step = sm.Step.REMOVE
+
+
+@dataclass(frozen=True)
+class Assign:
+    """Assign the pchannel at `term` to `node`; outcome: the error, or None."""
+
+    node: sm.NodeRef
+    name: str
+    term: int
+    timeout: float
+    catch_up_from: str = ""
+    min_next_offset: int = 0
+    replica_set: pb.ReplicaSet | None = None
+    step: sm.Step = sm.Step.ASSIGN
+
+
+@dataclass(frozen=True)
+class Fence:
+    """Fence every node at `term`, in parallel; outcome: the reports of those that
+    answered (list[leader_choice.FenceReport])."""
+
+    nodes: tuple[sm.NodeRef, ...]
+    name: str
+    term: int
+    timeout: float
+    step: sm.Step = sm.Step.FENCE
+
+
+@dataclass(frozen=True)
+class AssignFollowers:
+    """Assign followers in parallel, best effort; outcome: list[bool], done or not."""
+
+    assigns: tuple[Assign, ...]
+    step: sm.Step = sm.Step.ASSIGN_FOLLOWERS
+
+
+@dataclass(frozen=True)
+class Announce:
+    """Log `message` (and tell the listener `notify`, if set). Not an I/O step."""
+
+    level: int
+    message: str
+    fields: Mapping[str, Any]
+    notify: str = ""
+    notify_fields: Mapping[str, Any] | None = None
+
+
+Step = Persist | Remove | Assign | Fence | AssignFollowers | Announce
+
+
+# ----------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class Assigned:
+    """The (re)assignment is done: report it (`fields` go to the log and the listener)."""
+
+    reason: str
+    fields: dict[str, Any]
+    handover_kept: bool = False  # a drained leader kept leading: back off before retrying
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The saga stopped (announced); `node` is the target an Assign failed on, if any."""
+
+    node: int | None = None
+
+
+Result = Assigned | Failed | None
+Saga = Generator[Step, Any, Result]
+
+
+# ----------------------------------------------------------------- round context
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    assign: float = 5.0
+    remove: float = 1.0
+    fence: float = 2.0
+
+    @property
+    def follower(self) -> float:
+        return min(self.assign, 2.0)
+
+    @property
+    def remove_lost(self) -> float:
+        """A node declared lost gets a short wait: it is most likely down."""
+        return min(0.3, self.remove)
+
+
+@dataclass
+class Round:
+    """What the sagas of one round share. `leaders` (pchannels led per node) is counted
+    up as term changes choose, so that pchannels placed in one round get different
+    leaders: the only state sagas write, and only between their own steps."""
+
+    nodes: Mapping[int, str]
+    alive: frozenset[int]
+    live: frozenset[int]
+    lost: frozenset[int]
+    drained: frozenset[int]
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    leaders: dict[int, int] = field(default_factory=dict)
+
+    def ref(self, node: int, record: cpb.ChannelRecord | None = None) -> sm.NodeRef:
+        return sm.node_ref(self.nodes, node, record.members if record is not None else ())
+
+    def remove_timeout(self, node: int) -> float:
+        return self.timeouts.remove_lost if node in self.lost else self.timeouts.remove
+
+    def gone(self, node: int) -> bool:
+        """Out of the node set or declared lost: its records cannot be copied."""
+        return node not in self.nodes or node in self.lost
+
+
+def _copy(record: cpb.ChannelRecord) -> cpb.ChannelRecord:
+    out = cpb.ChannelRecord()
+    out.CopyFrom(record)
+    return out
+
+
+def _assign_failed(name: str, node: object, term: int, error: str) -> Announce:
+    return Announce(
+        logging.WARNING,
+        "assign failed",
+        {"pchannel": name, "node": node, "term": term, "error": error},
+        notify="assign-failed",
+        notify_fields={"node": node, "term": term, "error": error},
+    )
+
+
+# ----------------------------------------------------------------- single replica
+
+
+def reassignment(
+    before: cpb.ChannelRecord,
+    target: sm.NodeRef | None,
+    reason: str,
+    holder: sm.NodeRef | None,
+    seen_next: int,
+    ctx: Round,
+) -> Saga:
+    """Move a single-replica pchannel to `target` (None: finish the persisted move).
+
+    `holder`: the node with its records (catch_up.data_holder); the new owner copies from
+    it unless it is gone (then the move is an unclean failover, announced)."""
+    name = before.meta.channel.name
+    record = _copy(before)
+    if target is not None:
+        record.meta.CopyFrom(sm.begin_assignment(before.meta, target))
+        yield Persist(_copy(record), sm.Step.PERSIST_ASSIGNING)
+    plan: catch_up.CatchUpPlan | None = None
+    for action in sm.next_actions(record.meta):
+        if isinstance(action, sm.RemoveOld):
+            node = action.node
+            timeout = ctx.remove_timeout(node.server_id)
+            yield Remove(node, action.name, action.term, timeout)
+        elif isinstance(action, sm.AssignNew):
+            lost = holder is not None and ctx.gone(holder.server_id)
+            plan = catch_up.plan(holder, action.node, lost, seen_next)
+            error = yield Assign(
+                action.node,
+                name,
+                action.term,
+                ctx.timeouts.assign,
+                catch_up_from=plan.catch_up_from,
+                min_next_offset=plan.min_next_offset,
+            )
+            if error is not None:
+                yield _assign_failed(name, action.node.server_id, action.term, str(error))
+                return Failed(action.node.server_id)
+            if plan.unclean:
+                fields = {
+                    "pchannel": name,
+                    "old_node": holder.server_id if holder else None,
+                    "new_node": action.node.server_id,
+                    "new_term": action.term,
+                    "min_next_offset": plan.min_next_offset,
+                    "stranded": "records the lost node acknowledged at or after min_next_offset",
+                }
+                yield Announce(logging.WARNING, "unclean failover", fields, "unclean-failover")
+        else:
+            record.meta.CopyFrom(action.meta)
+            yield Persist(_copy(record), sm.Step.PERSIST_ASSIGNED)
+    previous = sm.owner(before.meta)
+    fields: dict[str, Any] = {
+        "pchannel": name,
+        "reason": reason,
+        "old_node": previous.server_id if previous else None,
+        "new_node": record.meta.node.server_id,
+        "old_term": before.meta.channel.term,
+        "new_term": record.meta.channel.term,
+    }
+    if plan is not None:
+        fields["catch_up_from"] = plan.catch_up_from or None
+        fields["unclean"] = plan.unclean
+    return Assigned(reason, fields)
+
+
+def mark_unavailable(before: cpb.ChannelRecord, node: int | None, reason: str) -> Saga:
+    """No live node can take the pchannel: UNAVAILABLE, term and node kept (the next
+    assignment fences the lost node through histories)."""
+    name = before.meta.channel.name
+    record = _copy(before)
+    record.meta.CopyFrom(sm.mark_unavailable(before.meta))
+    yield Persist(record, sm.Step.PERSIST_UNAVAILABLE)
+    if reason:
+        fields = {"pchannel": name, "reason": reason}
+        told: dict[str, Any] = {"node": node, "reason": reason}
+        yield Announce(logging.WARNING, "pchannel unavailable", fields, "unavailable", told)
+    else:
+        fields = {"pchannel": name}
+        yield Announce(
+            logging.WARNING, "pchannel unavailable: no live node", fields, "unavailable",
+            {"node": node},
+        )  # fmt: skip
+    return None
+
+
+def remove_stale(node: sm.NodeRef, name: str, term: int, ctx: Round) -> Saga:
+    yield Remove(node, name, term, ctx.remove_timeout(node.server_id))
+    return None
+
+
+# ----------------------------------------------------------------- replicated
+
+
+def term_change(
+    before: cpb.ChannelRecord, members: tuple[int, ...], reason: str, ctx: Round
+) -> Saga:
+    """A replicated pchannel's term change onto `members` (module docstring, steps 1-6)."""
+    name = before.meta.channel.name
+    old_members = rs.member_ids(before)
+    old_leader = before.meta.node.server_id if old_members else None
+    previous = list(before.previous_members)
+    if not previous and old_members and set(members) != set(old_members):
+        previous = list(before.members)
+    # Committed records are on a majority of the old set (and of a pending previous one).
+    voters = [old_members, tuple(m.server_id for m in previous)]
+    new_refs = [ctx.ref(n, before) for n in members]
+    hint = old_leader if old_leader in members else members[0]
+
+    record = _copy(before)
+    record.meta.CopyFrom(sm.begin_assignment(before.meta, ctx.ref(hint, before)))
+    del record.members[:]
+    record.members.extend(r.to_proto() for r in new_refs)
+    del record.previous_members[:]
+    record.previous_members.extend(previous)
+    if not previous:
+        record.joint_until = 0
+    term = record.meta.channel.term
+    yield Persist(_copy(record), sm.Step.PERSIST_ASSIGNING)
+
+    targets = {n for v in voters for n in v} | set(members)
+    fenced = tuple(ctx.ref(n, before) for n in sorted(targets) if n in ctx.alive)
+    reports: list[lc.FenceReport] = yield Fence(fenced, name, term, ctx.timeouts.fence)
+    leaders = ctx.leaders
+    choice = lc.choose_leader(
+        {r.node: r for r in reports},
+        [v for v in voters if v] or [members],
+        candidates=[n for n in members if n in ctx.alive],
+        rank=lambda n: (n in ctx.drained, n != old_leader, leaders.get(n, 0), n),
+    )
+    if isinstance(choice, lc.NoChoice):
+        yield Announce(
+            logging.WARNING,
+            "no leader chosen",
+            {"pchannel": name, "term": term, "reason": choice.reason},
+            notify="assign-failed",
+            notify_fields={"node": f"one of {list(members)}", "term": term, "error": choice.reason},
+        )
+        return Failed()
+
+    leader = ctx.ref(choice.leader, before)
+    leaders[leader.server_id] = leaders.get(leader.server_id, 0) + 1
+    if old_leader is not None and before.meta.state == sm.ASSIGNED:
+        leaders[old_leader] = max(leaders.get(old_leader, 0) - 1, 0)
+    protos = [r.to_proto() for r in new_refs]
+    leading = pb.ReplicaSet(role=LEADER, members=protos, leader=leader.to_proto())
+    error: StreamingError | None = yield Assign(
+        leader, name, term, ctx.timeouts.assign, replica_set=leading
+    )
+    if error is not None:
+        yield _assign_failed(name, leader.server_id, term, str(error))
+        return Failed()
+    following = pb.ReplicaSet(role=FOLLOWER, members=protos, leader=leader.to_proto())
+    yield AssignFollowers(
+        tuple(
+            Assign(r, name, term, ctx.timeouts.follower, replica_set=following)
+            for r in new_refs
+            if r.server_id != leader.server_id and r.server_id in ctx.live
+        )
+    )
+
+    record.meta.node.CopyFrom(leader.to_proto())
+    record.meta.CopyFrom(sm.finish_assignment(record.meta))
+    record.joint_until = choice.next_offset if previous else 0
+    yield Persist(_copy(record), sm.Step.PERSIST_ASSIGNED)
+    fields = {
+        "pchannel": name,
+        "reason": reason,
+        "old_node": old_leader,
+        "new_node": choice.leader,
+        "old_term": before.meta.channel.term,
+        "new_term": term,
+        "members": list(members),
+        "next_offset": choice.next_offset,
+    }
+    return Assigned(reason, fields, reason == "handover" and choice.leader == old_leader)
+
+
+def rejoin(before: cpb.ChannelRecord, nodes: tuple[int, ...], ctx: Round) -> Saga:
+    """Assign returning members as followers under the current term (they cut any
+    divergent suffix themselves, from the leader's term history)."""
+    meta = before.meta
+    name, term = meta.channel.name, meta.channel.term
+    leader = sm.NodeRef.from_proto(meta.node)
+    following = pb.ReplicaSet(role=FOLLOWER, members=list(before.members), leader=leader.to_proto())
+    done = yield AssignFollowers(
+        tuple(
+            Assign(ctx.ref(n, before), name, term, ctx.timeouts.follower, replica_set=following)
+            for n in nodes
+            if n != leader.server_id
+        )
+    )
+    if any(done):
+        fields = {"pchannel": name, "term": term, "nodes": list(nodes)}
+        yield Announce(logging.INFO, "followers rejoined", fields)
+    return None
+
+
+def complete_joint(before: cpb.ChannelRecord) -> Saga:
+    """Drop the previous set: every member holds the log up to the change point."""
+    record = _copy(before)
+    del record.previous_members[:]
+    record.joint_until = 0
+    yield Persist(record, sm.Step.PERSIST_JOINT_DONE)
+    fields = {"pchannel": before.meta.channel.name, "members": list(rs.member_ids(record))}
+    yield Announce(logging.INFO, "replica set change complete", fields)
+    return None

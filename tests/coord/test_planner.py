@@ -1,0 +1,292 @@
+"""Whole reconcile rounds as tables: a cluster's records, memory and liveness in, the
+round's jobs out (coord/planner.py, pure: no node, no store, no clock)."""
+
+from __future__ import annotations
+
+import pytest
+
+from streamwal.coord import planner as pl
+from streamwal.coord import state_machine as sm
+from streamwal.coord.memory import Memory, NodeReport
+from streamwal.coord.meta_store import Stored
+from streamwal.proto import coord_pb2 as cpb
+from streamwal.proto import streaming_pb2 as pb
+
+NODES = {n: f"127.0.0.1:{1000 + n}" for n in (1, 2, 3, 4)}
+LEADER, FOLLOWER = pb.REPLICA_ROLE_LEADER, pb.REPLICA_ROLE_FOLLOWER
+
+
+def ref(node: int) -> sm.NodeRef:
+    return sm.NodeRef(node, NODES[node])
+
+
+def single(name: str, state=sm.ASSIGNED, node: int | None = 1, term: int = 1) -> Stored:
+    meta = pb.PChannelMeta(channel=pb.PChannelInfo(name=name, term=term), state=state)
+    if node is not None:
+        meta.node.CopyFrom(ref(node).to_proto())
+    if state == sm.UNINITIALIZED:
+        meta = sm.new_channel(name)
+    return Stored(cpb.ChannelRecord(meta=meta, replicas=1), f"v-{name}")
+
+
+def replicated(
+    name: str, members=(1, 2, 3), leader: int = 1, term: int = 1, state=sm.ASSIGNED, previous=()
+) -> Stored:
+    stored = single(name, state, leader if members else None, term)
+    record = stored.record
+    record.replicas = 3
+    record.members.extend(ref(n).to_proto() for n in members)
+    record.previous_members.extend(ref(n).to_proto() for n in previous)
+    return Stored(record, stored.version)
+
+
+def status(name: str, term: int, role=LEADER, progress=()) -> pb.PChannelStatus:
+    return pb.PChannelStatus(
+        pchannel=pb.PChannelInfo(name=name, term=term),
+        role=role,
+        replicas=[pb.ReplicaProgress(node_id=n, acked_offset=a, lag=lag) for n, a, lag in progress],
+    )
+
+
+def round_of(
+    records,
+    alive=(1, 2, 3, 4),
+    live=None,
+    memory: Memory | None = None,
+    drained=(),
+    rechecked=(),
+    rebalance=False,
+    max_moves=1,
+    now=100.0,
+) -> pl.Plan:
+    snapshot = pl.Snapshot(
+        records={s.name: s for s in records},
+        nodes=NODES,
+        drained=frozenset(drained),
+        memory=memory or Memory(),
+        rebalance_due=rebalance,
+        max_moves=max_moves,
+    )
+    seen = pl.Observations(
+        alive=frozenset(alive),
+        live=frozenset(alive if live is None else live),
+        lost=frozenset(set(NODES) - set(alive)),
+        rechecked=frozenset(rechecked),
+    )
+    return pl.plan(snapshot, seen, now)
+
+
+def kinds(plan: pl.Plan) -> list[tuple]:
+    """Each job as a short tuple: (kind, pchannel, detail)."""
+    out = []
+    for job in plan.assign + plan.fence + plan.rebalance:
+        if isinstance(job, pl.Reassign):
+            out.append(("reassign", job.name, job.reason, job.target and job.target.server_id))
+        elif isinstance(job, pl.ChangeTerm):
+            out.append(("term", job.name, job.reason, job.members))
+        elif isinstance(job, pl.Rejoin):
+            out.append(("rejoin", job.name, job.nodes))
+        elif isinstance(job, pl.MarkUnavailable):
+            out.append(("unavailable", job.name, job.reason))
+        elif isinstance(job, pl.CompleteJoint):
+            out.append(("joint-done", job.name))
+        else:
+            out.append(("remove", job.name, job.term, job.node.server_id))
+    return out
+
+
+# ----------------------------------------------------------------- single replica
+
+
+ROUNDS = {
+    "new pchannels spread over the live nodes, least loaded first": (
+        dict(records=[single(f"c{i}", sm.UNINITIALIZED) for i in range(4)], alive=(1, 2)),
+        [
+            ("reassign", "c0", "placement", 1),
+            ("reassign", "c1", "placement", 2),
+            ("reassign", "c2", "placement", 1),
+            ("reassign", "c3", "placement", 2),
+        ],
+    ),
+    "an owner declared lost: its pchannel fails over, the others stay": (
+        dict(records=[single("a", node=1), single("b", node=2)], alive=(2, 3)),
+        [("reassign", "a", "failover", 3)],
+    ),
+    "a suspect owner (alive, not live) keeps its pchannel for the grace period": (
+        dict(records=[single("a", node=1)], alive=(1, 2), live=(2,)),
+        [],
+    ),
+    "a half-done move to a live target resumes": (
+        dict(records=[single("a", sm.ASSIGNING, node=2, term=2)]),
+        [("reassign", "a", "resume", None)],
+    ),
+    "a half-done move whose Assign failed goes elsewhere": (
+        dict(
+            records=[single("a", sm.ASSIGNING, node=2, term=2)],
+            memory=Memory(failed_target={"a": 2}),
+            alive=(1, 2, 3),
+        ),
+        [("reassign", "a", "failover", 1)],
+    ),
+    "no live node: an orphan is marked unavailable, a new pchannel just waits": (
+        dict(records=[single("a", node=1), single("n", sm.UNINITIALIZED)], alive=()),
+        [("unavailable", "a", "")],
+    ),
+    "a pchannel a client reported, confirmed missing on its owner, is re-assigned": (
+        # on the least loaded live node: its own owner again, under a higher term
+        dict(records=[single("a", node=1), single("b", node=2)], rechecked=("a",)),
+        [("reassign", "a", "recheck", 1)],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(ROUNDS))
+def test_single_replica_rounds(case: str) -> None:
+    given, jobs = ROUNDS[case]
+    assert kinds(round_of(**given)) == jobs
+
+
+def test_an_owner_probed_after_the_assignment_without_it_is_rechecked_not_before() -> None:
+    records = [single("a", node=1, term=3)]
+    before = Memory(reports={1: NodeReport.of(5.0, [])}, assigned_at={"a": 6.0})
+    assert kinds(round_of(records, memory=before)) == []
+    after = Memory(reports={1: NodeReport.of(7.0, [])}, assigned_at={"a": 6.0})
+    assert kinds(round_of(records, memory=after)) == [("reassign", "a", "recheck", 1)]
+
+
+def test_stale_and_unknown_pchannels_on_a_node_are_removed_members_are_not() -> None:
+    records = [
+        single("a", node=2, term=4),
+        replicated("r", members=(1, 2, 3), leader=2, term=7),
+        single("gone", node=1, term=2),
+    ]
+    records[2].record.destroyed = True
+    reports = {
+        1: NodeReport.of(1.0, [status("a", 3), status("r", 7, FOLLOWER), status("gone", 2)]),
+        3: NodeReport.of(1.0, [status("r", 6, FOLLOWER), status("x", 1)]),
+    }
+    plan = round_of(records, memory=Memory(reports=reports))
+    assert sorted(kinds(plan)) == [
+        ("rejoin", "r", (3,)),  # node 3 is a member: after the removal it follows again
+        ("remove", "a", 3, 1),
+        ("remove", "gone", 2, 1),
+        ("remove", "r", 6, 3),
+        ("remove", "x", 1, 3),
+    ]
+    assert len(plan.assign) == 1 and len(plan.fence) == 4
+
+
+def test_rebalance_moves_from_the_busiest_to_the_idlest_and_only_when_due() -> None:
+    records = [single(f"c{i}", node=1) for i in range(4)] + [single("new", sm.UNINITIALIZED)]
+    assert round_of(records, alive=(1, 2)).rebalance == ()
+    plan = round_of(records, alive=(1, 2), rebalance=True, max_moves=2)
+    # "new" is placed on node 2 this round and counted; c3 then c2 move to even 4 + 1.
+    assert kinds(plan) == [
+        ("reassign", "new", "placement", 2),
+        ("reassign", "c3", "rebalance", 2),
+    ]
+    assert plan.rebalanced
+
+
+def test_drained_nodes_take_nothing_and_are_emptied_by_rebalance() -> None:
+    records = [single("a", node=1), single("b", sm.UNINITIALIZED)]
+    plan = round_of(records, alive=(1, 2), drained=(1,), rebalance=True)
+    assert kinds(plan) == [("reassign", "b", "placement", 2), ("reassign", "a", "rebalance", 2)]
+
+
+# ----------------------------------------------------------------- replicated
+
+
+def leader_report(name: str, term: int, followers: dict[int, int], end: int = 10) -> NodeReport:
+    progress = [(n, acked, end - acked) for n, acked in followers.items()]
+    return NodeReport.of(50.0, [status(name, term, LEADER, progress)])
+
+
+def test_replicated_placement_spreads_members_and_leader_counts() -> None:
+    records = [replicated(f"r{i}", members=(), state=sm.UNINITIALIZED) for i in range(2)]
+    records.append(single("s", node=1))
+    plan = round_of(records)
+    assert kinds(plan) == [
+        ("term", "r0", "placement", (1, 2, 3)),
+        ("term", "r1", "placement", (4, 1, 2)),
+    ]
+    assert plan.leaders == {1: 1}  # the single-replica pchannel counts as led by node 1
+
+
+REPLICATED_ROUNDS = {
+    "leader lost: failover, the lost member replaced by the spare": (
+        dict(records=[replicated("r")], alive=(2, 3, 4)),
+        [("term", "r", "failover", (4, 2, 3))],
+    ),
+    "leader lost, no spare: failover keeps the set": (
+        dict(records=[replicated("r")], alive=(2, 3)),
+        [("term", "r", "failover", (1, 2, 3))],
+    ),
+    "no majority alive: unavailable, with the reason": (
+        dict(records=[replicated("r")], alive=(3, 4)),
+        [("unavailable", "r", "no majority of its replicas is alive")],
+    ),
+    "a half-done term change resumes under a new term": (
+        dict(records=[replicated("r", state=sm.ASSIGNING, term=4)]),
+        [("term", "r", "resume", (1, 2, 3))],
+    ),
+    "a follower lost while a spare is live: reconfigured": (
+        dict(records=[replicated("r")], alive=(1, 2, 4)),
+        [("term", "r", "reconfigure", (1, 2, 4))],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(REPLICATED_ROUNDS))
+def test_replicated_rounds(case: str) -> None:
+    given, jobs = REPLICATED_ROUNDS[case]
+    assert kinds(round_of(**given)) == jobs
+
+
+def test_a_member_probed_without_its_role_rejoins() -> None:
+    record = replicated("r", term=5)
+    reports = {
+        1: NodeReport.of(9.0, [status("r", 5, LEADER)]),
+        2: NodeReport.of(9.0, [status("r", 5, FOLLOWER)]),
+        3: NodeReport.of(9.0, []),  # restarted: serves nothing yet
+    }
+    memory = Memory(reports=reports, assigned_at={"r": 8.0})
+    assert kinds(round_of([record], memory=memory)) == [("rejoin", "r", (3,))]
+    memory.rejoined_at[("r", 3)] = 9.5  # assigned after that probe: wait for the next one
+    assert kinds(round_of([record], memory=memory)) == []
+
+
+def test_drained_leader_hands_over_once_a_follower_is_caught_up() -> None:
+    record = replicated("r", term=2)
+    behind = Memory(reports={1: leader_report("r", 2, {2: 7, 3: 8})})
+    assert kinds(round_of([record], drained=(1,), memory=behind, alive=(1, 2, 3))) == []
+    level = Memory(reports={1: leader_report("r", 2, {2: 10, 3: 8})})
+    plan = round_of([record], drained=(1,), memory=level, alive=(1, 2, 3))
+    assert kinds(plan) == [("term", "r", "handover", (1, 2, 3))]
+    level.handover_after["r"] = 200.0  # the last handover kept the leader: back off
+    assert kinds(round_of([record], drained=(1,), memory=level, alive=(1, 2, 3))) == []
+
+
+def test_joint_quorum_ends_once_every_member_holds_the_change_point() -> None:
+    record = replicated("r", members=(1, 2, 4), previous=(1, 2, 3), term=3)
+    record.record.joint_until = 10
+    short = Memory(reports={1: leader_report("r", 3, {2: 10, 4: 9})})
+    assert kinds(round_of([record], memory=short)) == []
+    full = Memory(reports={1: leader_report("r", 3, {2: 10, 4: 10})})
+    assert kinds(round_of([record], memory=full)) == [("joint-done", "r")]
+
+
+def test_a_report_that_asks_for_action_wakes_the_reconciler() -> None:
+    records = {s.name: s for s in [single("a", node=1, term=2), replicated("r", leader=2)]}
+    memory = Memory(assigned_at={"a": 1.0, "r": 1.0})
+
+    def needs(node: int, served) -> bool:
+        memory.reports[node] = NodeReport.of(5.0, served)
+        snapshot = pl.Snapshot(records, NODES, frozenset(), memory)
+        return pl.needs_action(node, snapshot)
+
+    assert not needs(1, [status("a", 2), status("r", 1, FOLLOWER)])
+    assert needs(1, [status("r", 1, FOLLOWER)])  # its own pchannel "a" is missing
+    assert needs(1, [status("a", 1)])  # stale term (and "a" at 2 missing)
+    assert needs(3, [])  # a replicated member that serves nothing
+    assert not needs(4, [])
