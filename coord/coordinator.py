@@ -35,7 +35,7 @@ from streamwal.coord.meta_store import MetaStore, Stored, VersionConflict, check
 from streamwal.coord.metrics import CoordMetrics
 from streamwal.coord.node_link import NodeLinks
 from streamwal.coord.replication import ReplicationDriver, is_replicated, member_ids
-from streamwal.errors import ChannelNotExist, InvalidArgument, StreamingError
+from streamwal.errors import ChannelNotExist, Code, Inner, InvalidArgument, StreamingError
 from streamwal.proto import coord_pb2 as cpb
 from streamwal.proto import streaming_pb2 as pb
 from streamwal.tasks import cancel_and_wait
@@ -94,6 +94,10 @@ class Coordinator:
         self._assigned_at: dict[str, float] = {}
         self._lost_at: dict[int, float] = {}
         self._failed_target: dict[str, int] = {}
+        # Single-replica pchannels whose only copy lost acknowledged records: why. They
+        # are left alone (a move would copy the damaged log) until accept_data_loss.
+        self._data_loss: dict[str, str] = {}
+        self._accepting: set[str] = set()
         # Catch-up on moves: the node holding a moving channel's records (kept from the
         # start of the move to its ASSIGNED), and the highest end of log probes reported.
         self._holder: dict[str, sm.NodeRef] = {}
@@ -242,7 +246,10 @@ class Coordinator:
         for n in wanted:
             record = live[n].record
             description = cpb.ChannelDescription(
-                channel_name=n, owner=record.owner, meta=record.meta
+                channel_name=n,
+                owner=record.owner,
+                meta=record.meta,
+                data_loss=self._data_loss.get(n, ""),
             )
             self.replication.describe(record, description)
             out.append(description)
@@ -337,6 +344,27 @@ class Coordinator:
         log.info("node drain changed", extra={"node": server_id, "drained": not undrain})
         self._rebalance_due = True
         self.wake()
+
+    async def accept_data_loss(self, name: str) -> None:
+        """Serve a single-replica pchannel whose only copy lost acknowledged records: its
+        holder takes a new term above every offset it acknowledged (the node refuses
+        nothing else). Only for a pchannel reported as lost (describe's data_loss)."""
+        stored = self._records.get(name)
+        if stored is None or stored.record.destroyed:
+            raise ChannelNotExist(f"no such pchannel: {name}")
+        if name not in self._data_loss:
+            raise InvalidArgument(f"pchannel {name!r} has no data loss to accept")
+        holder = catch_up.data_holder(stored.record.meta, self._holder.get(name))
+        if holder is None:
+            raise InvalidArgument(f"pchannel {name!r}: no node holds its log")
+        self._accepting.add(name)
+        try:
+            if not await self._reassign(name, holder, "accept-data-loss"):
+                raise Inner(f"accepting the loss of {name!r} failed: see the coord's log")
+        finally:
+            self._accepting.discard(name)
+        log.warning("data loss accepted", extra={"pchannel": name, "node": holder.server_id})
+        self._data_loss.pop(name, None)
 
     def report_error(self, info: pb.PChannelInfo, err: pb.StreamingError) -> None:
         """A client hit an error on `info`: re-check that pchannel on the next round, now."""
@@ -459,8 +487,12 @@ class Coordinator:
                         self.config.assign_timeout,
                         catch_up_from=plan.catch_up_from,
                         min_next_offset=plan.min_next_offset,
+                        accept_data_loss=name in self._accepting,
                     )
                 except StreamingError as err:
+                    if err.code == Code.STREAMING_CODE_DATA_LOSS:
+                        await self._data_lost(name, str(err))
+                        return False
                     log.warning(
                         "assign failed",
                         extra={
@@ -484,6 +516,18 @@ class Coordinator:
                 self._assigned_at[name] = self.clock()
             self._crash_point(action.step, name)
         return True
+
+    async def _data_lost(self, name: str, cause: str) -> None:
+        """The only copy of `name` lost acknowledged records: stop moving it (a copy of the
+        damaged log would only hide the loss), say so once, wait for accept_data_loss."""
+        if name in self._data_loss:
+            return
+        self._data_loss[name] = cause
+        meta = self._records[name].record.meta
+        if meta.state != sm.UNAVAILABLE:
+            await self._persist_meta(name, sm.mark_unavailable(meta))
+        log.error("pchannel lost acknowledged records", extra={"pchannel": name, "cause": cause})
+        self._notify("data-loss", name, {"cause": cause})
 
     def _catch_up_plan(
         self, name: str, meta: pb.PChannelMeta, target: sm.NodeRef
@@ -619,7 +663,11 @@ class Coordinator:
         alive, live, drained = self.tracker.alive(), self.tracker.live(), self.drained()
         alive &= set(self.config.nodes)
         replicated = self._replicated()
-        metas = {n: m for n, m in self._metas().items() if n not in replicated}
+        metas = {
+            n: m
+            for n, m in self._metas().items()
+            if n not in replicated and n not in self._data_loss
+        }
         forced = await self._rechecks(metas, live) | self._missing(metas)
 
         jobs: list[tuple[str, sm.NodeRef | None, str]] = []

@@ -111,7 +111,8 @@ class ReplicationDriver:
         }
 
     def missing(self, record: cpb.ChannelRecord) -> frozenset[int]:
-        """Members probed after the last assignment that do not serve it in their role."""
+        """Members probed after the last assignment that do not serve it in their role,
+        or whose log of it lost acknowledged records (a leader then fails over)."""
         meta = record.meta
         name, term = meta.channel.name, meta.channel.term
         assigned_at = self.coord._assigned_at.get(name, 0.0)
@@ -123,7 +124,12 @@ class ReplicationDriver:
                 continue
             status = report[1].get(name)
             want = LEADER if node == meta.node.server_id else FOLLOWER
-            if status is None or status.pchannel.term != term or status.role != want:
+            if (
+                status is None
+                or status.pchannel.term != term
+                or status.role != want
+                or status.data_loss
+            ):
                 out.add(node)
         return frozenset(out)
 
@@ -212,8 +218,17 @@ class ReplicationDriver:
             except StreamingError as err:
                 _failed(log.info, "fence failed", name, node.server_id, term, err)
                 return None
+            if reply.data_loss:
+                log.warning(
+                    "replica lost acknowledged records: it may not lead",
+                    extra={"pchannel": name, "node": node.server_id, "damage": reply.data_loss},
+                )
             return lc.FenceReport(
-                node.server_id, reply.last_term, reply.next_offset, reply.commit_offset
+                node.server_id,
+                reply.last_term,
+                reply.next_offset,
+                reply.commit_offset,
+                reply.data_loss,
             )
 
         got = await asyncio.gather(*(one(n) for n in nodes))
