@@ -144,14 +144,17 @@ class NodeClient:
         catch_up_from: str = "",
         min_next_offset: int = 0,
         replica_set: pb.ReplicaSet | None = None,
+        accept_data_loss: bool = False,
     ) -> None:
         """Make the node serve `pchannel` under `term`; a retention bound replaces its policy;
-        with `replica_set` (see `replica_set()`) it leads or follows a replicated pchannel."""
+        with `replica_set` (see `replica_set()`) it leads or follows a replicated pchannel;
+        `accept_data_loss` serves a damaged single-replica log from above its loss."""
         req = pb.StreamingNodeManagerAssignRequest(
             pchannel=pb.PChannelInfo(name=pchannel, term=term),
             catch_up_from=catch_up_from,
             min_next_offset=min_next_offset,
             replica_set=replica_set,
+            accept_data_loss=accept_data_loss,
         )
         if retention_age_ms is not None or retention_bytes is not None:
             req.retention.max_age_ms = retention_age_ms or 0

@@ -96,6 +96,13 @@ class Unsupported(StreamingError):
     code = Code.STREAMING_CODE_UNSUPPORTED
 
 
+class DataLoss(StreamingError):
+    """The pchannel's log on this node lost records it acknowledged (corruption, a
+    truncated WAL): it is not served until rebuilt or the loss is accepted."""
+
+    code = Code.STREAMING_CODE_DATA_LOSS
+
+
 class TransactionExpired(StreamingError):
     """The txn saw no append within its keepalive and was rolled back by the node."""
 
@@ -132,6 +139,7 @@ _BY_CODE: dict[int, type[StreamingError]] = {
         ResourceKeyConflict,
         BroadcastNotFound,
         Unsupported,
+        DataLoss,
         TransactionExpired,
         InvalidTransactionState,
         ConsumerGroupExist,

@@ -195,6 +195,8 @@ def describe(address: str, names: tuple[str, ...], as_json: bool) -> None:
     rows = [("PCHANNEL", "STATE", "TERM", "NODE", "ADDRESS", "OWNER", "REPLICAS")]
     for d in response.descriptions:
         state = pb.PChannelMetaState.Name(d.meta.state).removeprefix("PCHANNEL_META_STATE_")
+        if d.data_loss:
+            state = "DATA_LOSS"
         rows.append(
             (
                 d.channel_name,
@@ -209,4 +211,22 @@ def describe(address: str, names: tuple[str, ...], as_json: bool) -> None:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    for d in response.descriptions:
+        if d.data_loss:
+            click.echo(f"{d.channel_name}: {d.data_loss}", err=True)
     sys.stdout.flush()
+
+
+@channel.command("accept-loss")
+@_COORD
+@click.argument("name")
+def accept_loss(address: str, name: str) -> None:
+    """Serve again a single-replica pchannel whose only copy lost acknowledged records
+    (state DATA_LOSS in `describe`). The lost messages are gone for good; the pchannel
+    continues under a new term above every offset it ever acknowledged, so no offset is
+    acknowledged twice. Replicated pchannels need no such step: a damaged replica is
+    rebuilt from a healthy one."""
+    from streamwal.proto import coord_pb2 as cpb
+
+    _call(address, "AcceptDataLoss", cpb.AcceptDataLossRequest(channel_name=name))
+    click.echo(f"{name}: loss accepted, serving again")

@@ -19,11 +19,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 
-from streamwal.coord import balancer, sagas
+from streamwal.coord import balancer, catch_up, sagas
 from streamwal.coord import planner as pl
 from streamwal.coord import replica_set as rs
 from streamwal.coord import state_machine as sm
@@ -36,7 +36,7 @@ from streamwal.coord.memory import Memory, NodeReport
 from streamwal.coord.meta_store import MetaStore, check_name
 from streamwal.coord.metrics import CoordMetrics
 from streamwal.coord.node_link import NodeLinks
-from streamwal.errors import ChannelNotExist, InvalidArgument, StreamingError
+from streamwal.errors import ChannelNotExist, Inner, InvalidArgument, StreamingError
 from streamwal.proto import coord_pb2 as cpb
 from streamwal.proto import streaming_pb2 as pb
 from streamwal.tasks import cancel_and_wait
@@ -209,7 +209,10 @@ class Coordinator:
         for n in wanted:
             record = live[n].record
             description = cpb.ChannelDescription(
-                channel_name=n, owner=record.owner, meta=record.meta
+                channel_name=n,
+                owner=record.owner,
+                meta=record.meta,
+                data_loss=self.memory.data_loss.get(n, ""),
             )
             pl.describe_replication(record, self.memory.reports, description)
             out.append(description)
@@ -307,6 +310,25 @@ class Coordinator:
         log.info("node drain changed", extra={"node": server_id, "drained": not undrain})
         self._rebalance_due = True
         self.wake()
+
+    async def accept_data_loss(self, name: str) -> None:
+        """Serve a single-replica pchannel whose only copy lost acknowledged records: its
+        holder takes a new term above every offset it acknowledged (the node refuses
+        nothing else). Only for a pchannel reported as lost (describe's data_loss)."""
+        stored = self.records.get(name)
+        if stored is None or stored.record.destroyed:
+            raise ChannelNotExist(f"no such pchannel: {name}")
+        if name not in self.memory.data_loss:
+            raise InvalidArgument(f"pchannel {name!r} has no data loss to accept")
+        holder = catch_up.data_holder(stored.record.meta, self.memory.holders.get(name))
+        if holder is None:
+            raise InvalidArgument(f"pchannel {name!r}: no node holds its log")
+        job = pl.Reassign(name, stored.version, holder, "accept-data-loss", True)
+        done = await self.executor.run_job(job, self._round(self._observe_liveness(), {}))
+        if not isinstance(done, sagas.Assigned):
+            raise Inner(f"accepting the loss of {name!r} failed: see the coord's log")
+        log.warning("data loss accepted", extra={"pchannel": name, "node": holder.server_id})
+        self.memory.data_loss.pop(name, None)
 
     def report_error(self, info: pb.PChannelInfo, err: pb.StreamingError) -> None:
         """A client hit an error on `info`: re-check that pchannel on the next round, now."""
@@ -430,13 +452,7 @@ class Coordinator:
         if now >= self._next_rebalance:
             self._rebalance_due = True
             self._next_rebalance = now + self.config.rebalance_interval
-        nodes = set(self.config.nodes)
-        seen = pl.Observations(
-            alive=frozenset(self.tracker.alive() & nodes),
-            live=frozenset(self.tracker.live()),
-            lost=frozenset(n for n in nodes if self.tracker.state(n) == Liveness.LOST),
-            rechecked=frozenset(await self._rechecks()),
-        )
+        seen = self._observe_liveness(frozenset(await self._rechecks()))
         plan = pl.plan(self._snapshot(), seen, now)
         if plan.rebalanced:
             self._rebalance_due = False
@@ -450,7 +466,20 @@ class Coordinator:
             log.info(
                 "rebalancing", extra={"moves": [(n, s, t and t.server_id) for n, s, t in moves]}
             )
-        ctx = sagas.Round(
+        await self.executor.run(plan, self._round(seen, plan.leaders))
+
+    def _observe_liveness(self, rechecked: frozenset[str] = frozenset()) -> pl.Observations:
+        nodes = set(self.config.nodes)
+        return pl.Observations(
+            alive=frozenset(self.tracker.alive() & nodes),
+            live=frozenset(self.tracker.live()),
+            lost=frozenset(n for n in nodes if self.tracker.state(n) == Liveness.LOST),
+            rechecked=rechecked,
+        )
+
+    def _round(self, seen: pl.Observations, leaders: Mapping[int, int]) -> sagas.Round:
+        """What the sagas of one round share (a copy of the node set: it may change)."""
+        return sagas.Round(
             nodes=dict(self.config.nodes),
             alive=seen.alive,
             live=seen.live,
@@ -459,9 +488,8 @@ class Coordinator:
             timeouts=sagas.Timeouts(
                 self.config.assign_timeout, self.config.remove_timeout, self.config.fence_timeout
             ),
-            leaders=dict(plan.leaders),
+            leaders=dict(leaders),
         )
-        await self.executor.run(plan, ctx)
 
     async def _rechecks(self) -> set[str]:
         """Pchannels reported by clients whose owner answers but does not serve them now.

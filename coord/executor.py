@@ -54,6 +54,7 @@ class Links(Protocol):
         catch_up_from: str = "",
         min_next_offset: int = 0,
         replica_set: pb.ReplicaSet | None = None,
+        accept_data_loss: bool = False,
     ) -> None: ...
 
     async def fence(
@@ -126,7 +127,9 @@ class Executor:
             if holder is not None:
                 self.memory.holders[name] = holder
             seen = self.memory.seen_next.get(name, 0)
-            return sagas.reassignment(record, job.target, job.reason, holder, seen, ctx)
+            return sagas.reassignment(
+                record, job.target, job.reason, holder, seen, ctx, job.accept_data_loss
+            )
         if isinstance(job, pl.ChangeTerm):
             return sagas.term_change(record, job.members, job.reason, ctx)
         if isinstance(job, pl.Rejoin):
@@ -145,6 +148,8 @@ class Executor:
                 self.memory.holders.pop(name, None)
             elif isinstance(result, sagas.Failed) and result.node is not None:
                 self.memory.failed_target[name] = result.node
+            if isinstance(result, sagas.Failed) and result.data_loss:
+                self.memory.data_loss[name] = result.data_loss
         if isinstance(result, sagas.Assigned) and result.handover_kept:
             self.memory.handover_after[name] = self.clock() + HANDOVER_BACKOFF
 
@@ -207,6 +212,7 @@ class Executor:
                 catch_up_from=step.catch_up_from,
                 min_next_offset=step.min_next_offset,
                 replica_set=step.replica_set,
+                accept_data_loss=step.accept_data_loss,
             )
         except StreamingError as err:
             return err
@@ -218,8 +224,17 @@ class Executor:
         except StreamingError as err:
             _failed("fence failed", step.name, node.server_id, step.term, err)
             return None
+        if reply.data_loss:
+            log.warning(
+                "replica lost acknowledged records: it may not lead",
+                extra={"pchannel": step.name, "node": node.server_id, "damage": reply.data_loss},
+            )
         return lc.FenceReport(
-            node.server_id, reply.last_term, reply.next_offset, reply.commit_offset
+            node.server_id,
+            reply.last_term,
+            reply.next_offset,
+            reply.commit_offset,
+            reply.data_loss,
         )
 
     async def _follower(self, step: sagas.Assign) -> bool:

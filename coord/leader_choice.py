@@ -27,6 +27,13 @@ otherwise a later leader could be chosen over a copied, "committed" older-term e
 While the replica set changes (a lost replica replaced), the previous set votes too (joint
 quorum): a message committed under the old set may still be missing from a majority of
 the new one, so a choice needs a majority of both until the new members have caught up.
+
+A replica whose log lacks records it acknowledged (corruption found by the node: a
+`data_loss` report) breaks the induction above: its position no longer says what it
+holds. It still votes (its term is fenced) but never leads, as Kafka's eligible leader
+replicas (KIP-966). Its commit offset covers every offset it acknowledged: a follower's
+acknowledgement means the record reached the leader and it, which in a set of 3 is a
+majority, so the leader chosen must hold those too, or the pchannel waits.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ class FenceReport:
     last_term: int
     next_offset: int
     commit_offset: int = 0
+    data_loss: str = ""  # why this replica's log lacks acknowledged records ("": it does not)
 
     @property
     def position(self) -> tuple[int, int]:
@@ -84,17 +92,20 @@ def choose_leader(
     """The leader among `candidates` (members of the new set) from fence `reports`.
 
     Only the reports of voters count (a node joining the set may hold an old, divergent
-    log). Among the voters' best logs, the lowest `rank` wins (the caller prefers the
-    current leader, then less loaded nodes). A best log held by no candidate, or a best
-    log shorter than an offset some replica knows committed, means no choice.
+    log). Among the voters' best whole logs, the lowest `rank` wins (the caller prefers
+    the current leader, then less loaded nodes). A best log held by no candidate, or a
+    best log shorter than an offset some replica knows committed, means no choice.
     """
     voting = {n for v in voters for n in v}
     counted = {n: r for n, r in reports.items() if n in voting}
     if not has_quorum(counted, voters):
         sizes = "+".join(str(len(set(v))) for v in voters if v)
         return NoChoice(f"{len(counted)} of {sizes} voting replicas answered: no majority")
-    best = max(r.position for r in counted.values())
-    holders = sorted((n for n, r in counted.items() if r.position == best), key=rank)
+    whole = {n: r for n, r in counted.items() if not r.data_loss}
+    if not whole:
+        return NoChoice(f"every answering replica lost acknowledged records: {sorted(counted)}")
+    best = max(r.position for r in whole.values())
+    holders = sorted((n for n, r in whole.items() if r.position == best), key=rank)
     eligible = [n for n in holders if n in set(candidates)]
     if not eligible:
         return NoChoice(f"the most complete log (term {best[0]}, end {best[1]}) is on {holders}")

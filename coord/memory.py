@@ -59,6 +59,9 @@ class Memory:
     lost_at: dict[int, float] = field(default_factory=dict)
     # Pchannels clients reported errors on: the next round asks their owner.
     recheck: set[str] = field(default_factory=set)
+    # Single-replica pchannels whose only copy lost acknowledged records: why. They are
+    # left alone (a move would copy the damaged log) until the loss is accepted.
+    data_loss: dict[str, str] = field(default_factory=dict)
 
     def observe(self, node: int, report: NodeReport) -> None:
         self.reports[node] = report

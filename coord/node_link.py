@@ -81,6 +81,7 @@ class NodeLinks:
         catch_up_from: str = "",
         min_next_offset: int = 0,
         replica_set: pb.ReplicaSet | None = None,
+        accept_data_loss: bool = False,
     ) -> None:
         """Assign `name` at `term`; the node first copies what it lacks from `catch_up_from`.
 
@@ -90,6 +91,7 @@ class NodeLinks:
             catch_up_from=catch_up_from,
             min_next_offset=min_next_offset,
             replica_set=replica_set,
+            accept_data_loss=accept_data_loss,
         )
         await self._call(address, "Assign", request, timeout)
 

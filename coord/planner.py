@@ -71,7 +71,8 @@ class Reassign:
     name: str
     version: str
     target: sm.NodeRef | None
-    reason: str  # placement, failover, resume, recheck, rebalance
+    reason: str  # placement, failover, resume, recheck, rebalance, accept-data-loss
+    accept_data_loss: bool = False  # the holder of a lost log may serve it again
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,11 @@ def plan(snapshot: Snapshot, seen: Observations, now: float) -> Plan:
     alive = seen.alive & set(snapshot.nodes)
     live_records = {n: s for n, s in snapshot.records.items() if not s.record.destroyed}
     replicated = {n: s for n, s in live_records.items() if rs.is_replicated(s.record)}
-    single = {n: s for n, s in live_records.items() if n not in replicated}
+    single = {
+        n: s
+        for n, s in live_records.items()
+        if n not in replicated and n not in snapshot.memory.data_loss
+    }
     metas = {n: s.record.meta for n, s in live_records.items()}
 
     jobs, targets = _single(snapshot, seen, alive, single, metas)
@@ -340,7 +345,8 @@ def leader_status(
 
 
 def missing_members(record: cpb.ChannelRecord, memory: Memory) -> frozenset[int]:
-    """Members probed after the last assignment that do not serve it in their role."""
+    """Members probed after the last assignment that do not serve it in their role,
+    or whose log of it lost acknowledged records (a leader then fails over)."""
     meta = record.meta
     name, term = meta.channel.name, meta.channel.term
     assigned_at = memory.assigned_at.get(name, 0.0)
@@ -352,7 +358,12 @@ def missing_members(record: cpb.ChannelRecord, memory: Memory) -> frozenset[int]
             continue
         status = report.channels.get(name)
         want = LEADER if node == meta.node.server_id else FOLLOWER
-        if status is None or status.pchannel.term != term or status.role != want:
+        if (
+            status is None
+            or status.pchannel.term != term
+            or status.role != want
+            or status.data_loss
+        ):
             out.add(node)
     return frozenset(out)
 

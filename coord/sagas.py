@@ -36,7 +36,7 @@ from streamwal.coord import catch_up
 from streamwal.coord import leader_choice as lc
 from streamwal.coord import replica_set as rs
 from streamwal.coord import state_machine as sm
-from streamwal.errors import StreamingError
+from streamwal.errors import Code, StreamingError
 from streamwal.proto import coord_pb2 as cpb
 from streamwal.proto import streaming_pb2 as pb
 
@@ -90,6 +90,7 @@ class Assign:
     catch_up_from: str = ""
     min_next_offset: int = 0
     replica_set: pb.ReplicaSet | None = None
+    accept_data_loss: bool = False
     step: sm.Step = sm.Step.ASSIGN
 
 
@@ -141,9 +142,11 @@ class Assigned:
 
 @dataclass(frozen=True)
 class Failed:
-    """The saga stopped (announced); `node` is the target an Assign failed on, if any."""
+    """The saga stopped (announced); `node` is the target an Assign failed on, if any;
+    `data_loss` why the only copy of the pchannel lost acknowledged records, if it did."""
 
     node: int | None = None
+    data_loss: str = ""
 
 
 Result = Assigned | Failed | None
@@ -220,11 +223,16 @@ def reassignment(
     holder: sm.NodeRef | None,
     seen_next: int,
     ctx: Round,
+    accept_data_loss: bool = False,
 ) -> Saga:
     """Move a single-replica pchannel to `target` (None: finish the persisted move).
 
     `holder`: the node with its records (catch_up.data_holder); the new owner copies from
-    it unless it is gone (then the move is an unclean failover, announced)."""
+    it unless it is gone (then the move is an unclean failover, announced). A node that
+    refuses with DATA_LOSS (its only copy lost acknowledged records) stops the move: the
+    pchannel is persisted UNAVAILABLE and announced, until `accept_data_loss` (an
+    operator's explicit consent) lets its holder take a new term above every offset it
+    acknowledged."""
     name = before.meta.channel.name
     record = _copy(before)
     if target is not None:
@@ -246,7 +254,10 @@ def reassignment(
                 ctx.timeouts.assign,
                 catch_up_from=plan.catch_up_from,
                 min_next_offset=plan.min_next_offset,
+                accept_data_loss=accept_data_loss,
             )
+            if isinstance(error, StreamingError) and error.code == Code.STREAMING_CODE_DATA_LOSS:
+                return (yield from _data_lost(record, str(error)))
             if error is not None:
                 yield _assign_failed(name, action.node.server_id, action.term, str(error))
                 return Failed(action.node.server_id)
@@ -276,6 +287,21 @@ def reassignment(
         fields["catch_up_from"] = plan.catch_up_from or None
         fields["unclean"] = plan.unclean
     return Assigned(reason, fields)
+
+
+def _data_lost(record: cpb.ChannelRecord, cause: str) -> Saga:
+    """The only copy lost acknowledged records: stop moving it (a copy of the damaged log
+    would only hide the loss), persist UNAVAILABLE, say so."""
+    name = record.meta.channel.name
+    if record.meta.state != sm.UNAVAILABLE:
+        out = _copy(record)
+        out.meta.CopyFrom(sm.mark_unavailable(record.meta))
+        yield Persist(out, sm.Step.PERSIST_UNAVAILABLE)
+    fields = {"pchannel": name, "cause": cause}
+    yield Announce(
+        logging.ERROR, "pchannel lost acknowledged records", fields, "data-loss", {"cause": cause}
+    )
+    return Failed(data_loss=cause)
 
 
 def mark_unavailable(before: cpb.ChannelRecord, node: int | None, reason: str) -> Saga:

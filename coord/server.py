@@ -128,6 +128,10 @@ class ChannelService(cpbg.StreamingCoordChannelServiceServicer):
         await self._call(context, self.coord.drain, request.server_id, request.undrain)
         return cpb.DrainNodeResponse()
 
+    async def AcceptDataLoss(self, request, context):
+        await self._call(context, self.coord.accept_data_loss, request.channel_name)
+        return cpb.AcceptDataLossResponse()
+
     async def ListNodes(self, request, context):
         return cpb.ListNodesResponse(nodes=self.coord.nodes())
 

@@ -35,8 +35,11 @@ class Channel:
         self.clock = HybridClock()
         self.clock.observe(tail.last_tick)
         self.first_offset = tail.first_offset
-        self.next_offset = tail.next_offset  # next offset to hand out
-        self.committed_next = tail.next_offset  # everything below is durable and visible
+        # A term may start above the last record (an unclean move, an accepted loss): its
+        # persisted start, not the last record, is then where the log continues.
+        end = max([tail.next_offset, *(first for _, first in meta.history)])
+        self.next_offset = end  # next offset to hand out
+        self.committed_next = end  # everything below is durable and visible
         self.size_bytes = tail.size_bytes  # retained bytes, counting accepted appends
         self.last_term = tail.last_term  # term of the newest record
         # Replication: the commit offset once replicated (None: one replica, everything
@@ -53,6 +56,29 @@ class Channel:
         self.inflight: dict[tuple[str, int], asyncio.Future] = {}
         self._changed = asyncio.Event()
         self._tail = _TailCache()
+        # Corruption (Wal): the acknowledged-offset ledger's slot, the end this node had
+        # acknowledged when it found its log shorter (0: not short), the first record
+        # found unreadable and why, and the end of what an earlier process wrote and
+        # nobody has verified since this one started (0: all verified).
+        self.ledger_slot = -1
+        self.lost_until = 0
+        self.bad_from: int | None = None
+        self.bad_reason = ""
+        self.bad_needs_salvage = False  # RocksDB failed a checksum: salvage.py, not a cut
+        self.unverified_end = 0
+        self.verify_urgent = False  # someone waits for the verification: no pauses
+
+    @property
+    def damage(self) -> str:
+        """Why this node's log of the pchannel may lack acknowledged records ("": whole)."""
+        if self.bad_from is not None:
+            return f"the log is damaged from offset {self.bad_from}: {self.bad_reason}"
+        if self.committed_next < self.lost_until:
+            return (
+                f"the log ends at offset {self.committed_next} but this node acknowledged "
+                f"offsets up to {self.lost_until - 1}"
+            )
+        return ""
 
     def producers_in_flight(self) -> set[str]:
         """Idempotent producers with a batch accepted but not yet durable."""
@@ -70,6 +96,7 @@ class Channel:
             self.meta.assigned_term == self.meta.term,
             following,
             self.taking,
+            self.damage,
         )
 
     @property

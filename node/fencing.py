@@ -13,6 +13,7 @@ from enum import Enum
 from streamwal.errors import (
     ChannelFenced,
     ChannelNotExist,
+    DataLoss,
     IgnoredOperation,
     UnmatchedChannelTerm,
 )
@@ -38,6 +39,9 @@ class Fence:
     # A higher term this node is taking (persisting it, catching up): until it is in
     # place, neither the old term nor the new one is served.
     taking: int = 0
+    # Why the log here lacks acknowledged records, if it does: nobody is served until it
+    # is rebuilt from a replica or the loss is accepted (Wal.assign).
+    damage: str = ""
 
 
 class AssignOutcome(Enum):
@@ -89,6 +93,8 @@ def check_access(fence: Fence | None, name: str, term: int) -> None:
         raise UnmatchedChannelTerm(
             f"pchannel {name!r} term {term} is not served yet: the node is still taking it"
         )
+    if fence.damage:
+        raise DataLoss(f"pchannel {name!r} lost acknowledged records on this node: {fence.damage}")
     if fence.following:
         raise ChannelFenced(
             f"pchannel {name!r} is a follower replica here (term {fence.term}): "

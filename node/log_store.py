@@ -30,12 +30,45 @@ from rocksdict import (
     WriteOptions,
 )
 
+from streamwal.errors import DataLoss, Inner, StreamingError
 from streamwal.node import records
 
 _U64 = struct.Struct(">Q")
 _MAX_KEY = b"\xff" * 8
 _PREWARM_PREFIX = b"\xfewal-prewarm\0"  # no log, meta or state key starts with 0xfe
 _UNSYNCED = WriteOptions()
+
+
+class StoreCorruption(DataLoss):
+    """RocksDB found stored bytes that fail their checksum (or a file it needs is gone)."""
+
+
+def read_error(exc: Exception) -> StreamingError:
+    """The StreamingError for an exception RocksDB raised on a read."""
+    text = str(exc)
+    if text.startswith("Corruption"):
+        return StoreCorruption(f"the store is corrupt: {text}")
+    return Inner(f"storage read failed: {text}")
+
+
+def _finish(it) -> None:
+    """Raise what stopped an iterator early: a RocksDB iterator that hits a damaged block
+    just turns invalid, and says why only through status(). Every scan ends with this,
+    or a damaged block would read as the end of the log."""
+    try:
+        it.status()
+    except Exception as exc:
+        raise read_error(exc) from None
+
+
+@dataclass(frozen=True)
+class VerifyStep:
+    """How far one step of `LogStore.verify` got: the next offset to verify from, and the
+    first problem found at that offset (empty: none so far)."""
+
+    position: int
+    problem: str = ""
+    store_corrupt: bool = False  # RocksDB itself failed a checksum (salvage.py)
 
 
 def log_prefix(name: str) -> bytes:
@@ -147,6 +180,12 @@ class LogStore:
         new_store = not (Path(path) / "CURRENT").exists()
         opts = Options(raw_mode=True)
         opts.create_if_missing(True)
+        # Stored bytes that fail a checksum are an error, never silently skipped (RocksDB's
+        # default, stated because the node relies on it). The WAL recovery mode stays
+        # point-in-time (the default, and the one WAL recycling needs): it drops a damaged
+        # WAL record and everything after it without an error, which the acknowledged-
+        # offset ledger (ack_ledger.py) turns into a detected loss. docs/decisions.md.
+        opts.set_paranoid_checks(True)
         opts.set_write_buffer_size(64 * 1024 * 1024)
         opts.set_max_write_buffer_number(4)
         opts.increase_parallelism(2)
@@ -161,6 +200,7 @@ class LogStore:
         opts.set_recycle_log_file_num(4)
         if low_priority_compaction:
             opts.set_env(_low_priority_compaction_env())
+        self.path = Path(path)
         self._db = Rdict(str(path), opts)
         self._write_opts = WriteOptions()
         self._write_opts.sync = sync
@@ -212,10 +252,17 @@ class LogStore:
                 break
             names.append(key[1:].decode())
             it.next()
+        _finish(it)
         return names
 
+    def _get(self, key: bytes) -> bytes | None:
+        try:
+            return self._db.get(key)
+        except Exception as exc:
+            raise read_error(exc) from None
+
     def load_meta(self, name: str) -> ChannelMeta | None:
-        raw = self._db.get(_meta_key(name))
+        raw = self._get(_meta_key(name))
         return None if raw is None else ChannelMeta.from_bytes(raw)
 
     def save_meta(self, name: str, meta: ChannelMeta) -> None:
@@ -229,7 +276,7 @@ class LogStore:
         wb.put(_meta_key(name), meta.to_bytes())
 
     def load_commit(self, name: str) -> int | None:
-        raw = self._db.get(_commit_key(name))
+        raw = self._get(_commit_key(name))
         return None if raw is None else _U64.unpack(raw)[0]
 
     @staticmethod
@@ -241,14 +288,17 @@ class LogStore:
         it = self._db.iter(ReadOptions())
         it.seek_for_prev(prefix + _MAX_KEY)
         if not it.valid() or not it.key().startswith(prefix):
+            _finish(it)
             return Tail(0, 0, 0, 0)
         base = _U64.unpack(it.key()[len(prefix) :])[0]
         value = it.value()
         last_term, first_tick, count = records.peek(value)
         last_tick = first_tick + records.ticks_used(records.peek_flags(value), count) - 1
         it.seek(prefix)
+        if not it.valid():
+            _finish(it)
         first = _U64.unpack(it.key()[len(prefix) :])[0]
-        raw = self._db.get(_size_key(name))
+        raw = self._get(_size_key(name))
         size = _U64.unpack(raw)[0] if raw else 0
         return Tail(first, base + count, last_tick, size, last_term)
 
@@ -265,7 +315,7 @@ class LogStore:
 
     def load_cursors(self, name: str) -> tuple[int, bytes] | None:
         """(base offset, record) of the pchannel's newest cursor record, if any."""
-        raw = self._db.get(_cursors_key(name))
+        raw = self._get(_cursors_key(name))
         return None if raw is None else (_U64.unpack_from(raw)[0], raw[_U64.size :])
 
     def _cursors_before(self, name: str, offset: int) -> tuple[int, bytes] | None:
@@ -279,10 +329,11 @@ class LogStore:
             if base < offset and records.peek_flags(value) & records.FLAG_CURSORS:
                 return base, value
             it.prev()
+        _finish(it)
         return None
 
     def load_producer(self, name: str, producer_id: str) -> bytes | None:
-        return self._db.get(_producer_key(name, producer_id))
+        return self._get(_producer_key(name, producer_id))
 
     @staticmethod
     def put_producer(wb: WriteBatch, name: str, producer_id: str, raw: bytes) -> None:
@@ -300,6 +351,7 @@ class LogStore:
         while it.valid() and it.key().startswith(prefix):
             yield it.key()[len(prefix) :].decode(), it.value()
             it.next()
+        _finish(it)
 
     @staticmethod
     def put_size(wb: WriteBatch, name: str, size: int) -> None:
@@ -331,7 +383,57 @@ class LogStore:
                 out.append((base, value))
                 size += len(value)
             it.next()
+        _finish(it)
         return out
+
+    def verify(
+        self, name: str, start: int, end: int, term_starts: frozenset[int], max_bytes: int
+    ) -> VerifyStep:
+        """Read `name`'s records from the one holding `start` towards `end`, about
+        `max_bytes` of them, each through RocksDB's block checksums and the record's own
+        CRC, bypassing the block cache (a cached block is no proof of the bytes on disk).
+
+        Offsets must be dense: a missing record is a loss too, except where a term starts
+        above the previous end (an unclean move or an accepted loss skips offsets there).
+        Returns where the next step starts, or the first offset that failed and why.
+        """
+        opts = ReadOptions()
+        opts.set_verify_checksums(True)
+        opts.fill_cache(False)
+        opts.set_readahead_size(2 * 1024 * 1024)
+        prefix = log_prefix(name)
+        plen = len(prefix)
+        it = self._db.iter(opts)
+        position = start
+        read = 0
+        try:
+            it.seek_for_prev(prefix + _U64.pack(start))
+            if not (it.valid() and it.key().startswith(prefix)):
+                it.seek(prefix)
+            while it.valid() and read < max_bytes:
+                key = it.key()
+                if not key.startswith(prefix):
+                    break
+                base = _U64.unpack(key[plen:])[0]
+                if base >= end:
+                    return VerifyStep(end)
+                value = it.value()
+                if base > position and base not in term_starts:
+                    return VerifyStep(position, f"offsets {position}..{base - 1} are missing")
+                try:
+                    rec = records.decode(value, f"{name}@{base}")
+                except records.CorruptRecord as err:
+                    return VerifyStep(max(base, position), err.cause)
+                position = max(position, base + rec.count)
+                read += len(value)
+                it.next()
+            it.status()
+        except Exception as exc:
+            err = read_error(exc)
+            return VerifyStep(position, err.cause, isinstance(err, StoreCorruption))
+        if read < max_bytes and position < end:
+            return VerifyStep(position, f"the log ends at offset {position}, below {end}")
+        return VerifyStep(position)
 
     def iter_headers(self, name: str) -> Iterator[tuple[int, int, int, int]]:
         """(base, first tick, count, value size) from the oldest record on: for retention."""
@@ -347,12 +449,25 @@ class LogStore:
             _, first_tick, count = records.peek(value)
             yield _U64.unpack(key[plen:])[0], first_tick, count, len(value)
             it.next()
+        _finish(it)
+
+    def _bytes_from(self, name: str, offset: int) -> int:
+        """Record bytes at or after `offset`, counted up to the first unreadable record
+        (a damaged suffix is cut too; the size counter then overstates a little)."""
+        prefix = log_prefix(name)
+        it = self._db.iter(ReadOptions())
+        it.seek(log_key(name, offset))
+        total = 0
+        while it.valid() and it.key().startswith(prefix):
+            total += len(it.value())
+            it.next()
+        return total
 
     def truncate_from(self, name: str, offset: int, keep_window: Callable[[bytes], bytes]) -> int:
         """Drop every record at or after `offset`; each producer window (which may name
         them) becomes `keep_window(window)`, deleted when empty. Returns the bytes dropped.
         Synchronous and durable."""
-        dropped = sum(len(v) for _, v in self.records_from(name, offset, 1 << 30) if v)
+        dropped = self._bytes_from(name, offset)
         wb = WriteBatch(raw_mode=True)
         wb.delete_range(log_key(name, offset), log_prefix(name) + _MAX_KEY + b"\xff")
         for producer_id, window in self.producer_windows(name):
@@ -361,7 +476,7 @@ class LogStore:
                 self.put_producer(wb, name, producer_id, kept)
             else:
                 self.drop_producer(wb, name, producer_id)
-        raw = self._db.get(_size_key(name))
+        raw = self._get(_size_key(name))
         size = _U64.unpack(raw)[0] if raw else 0
         wb.put(_size_key(name), _U64.pack(max(0, size - dropped)))
         cursors = self.load_cursors(name)
@@ -373,6 +488,10 @@ class LogStore:
                 wb.put(_cursors_key(name), _U64.pack(older[0]) + older[1])
         self.write_synced(wb)
         return dropped
+
+    def sync_wal(self) -> None:
+        """Make every write so far durable (async durability's periodic sync)."""
+        self._db.flush_wal(True)
 
     def write_synced(self, wb: WriteBatch) -> None:
         self._db.write(wb, self._sync_opts)

@@ -77,6 +77,14 @@ class NodeMetrics:
         self.open_txns = Gauge(
             "streamwal_txn_open", "Transactions buffered on the node", registry=r
         )
+        self.corruptions = Counter(
+            "streamwal_corruption_detected",
+            "Times a pchannel's log was found to lack acknowledged records, by how it was"
+            " found (ledger: shorter than acknowledged at start-up; read, verify: a record"
+            " failed its checksum or is missing)",
+            ["found_by"],
+            registry=r,
+        )
         self.txns = Counter(
             "streamwal_txns",
             "Transactions ended, by outcome (committed, rolled_back, expired, lost, refused)",
@@ -103,6 +111,7 @@ class ChannelState(NamedTuple):
     log_end_offset: int
     commit_offset: int
     producer_states: int
+    data_loss: int
 
 
 _STATE_GAUGES = (
@@ -116,6 +125,11 @@ _STATE_GAUGES = (
     (
         "streamwal_producer_states",
         "Idempotent producers whose state is held in memory (idle ones are dropped)",
+    ),
+    (
+        "streamwal_pchannel_data_loss",
+        "1 while this node's log of the pchannel lacks records it acknowledged (corruption):"
+        " not served until rebuilt from a replica or the loss is accepted",
     ),
 )
 

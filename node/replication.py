@@ -114,13 +114,18 @@ class Replication:
             return False
         self.stop_role(ch, None)
         ordinal = next(i for i, m in enumerate(members) if m.node_id == self.node_id)
-        role = FollowerRole(ch.term, leader, ordinal)
-        ch.replica = role
-        role.task = asyncio.get_running_loop().create_task(
-            self._follow(ch, role), name=f"follow-{ch.name}"
+        self.follow_again(ch, FollowerRole(ch.term, leader, ordinal))
+        return False
+
+    def follow_again(self, ch: Channel, role: FollowerRole) -> None:
+        """Follow the same leader under the same term with a new stream (a follower that
+        dropped a damaged suffix copies it again)."""
+        again = FollowerRole(role.term, role.leader, role.ordinal)
+        ch.replica = again
+        again.task = asyncio.get_running_loop().create_task(
+            self._follow(ch, again), name=f"follow-{ch.name}"
         )
         self.publish(ch)
-        return False
 
     def stop_role(self, ch: Channel, err: StreamingError | None) -> None:
         """End the channel's role (a higher term, a Remove, another role)."""
@@ -344,6 +349,7 @@ class Replication:
         write = asyncio.get_running_loop().run_in_executor(None, store.write_synced, wb)
         role.writing = write  # a Fence waits for it: the log end it reports must be on disk
         await asyncio.shield(write)
+        wal.mark_durable(ch)  # before the ack
         return True
 
 

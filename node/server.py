@@ -12,6 +12,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import start_http_server
 
+from streamwal.node import salvage
 from streamwal.node.config import NodeConfig
 from streamwal.node.groups import GroupService
 from streamwal.node.log_store import LogStore
@@ -39,6 +40,8 @@ class NodeServer:
         cfg = self.config
         started = time.perf_counter()
         sync = cfg.durability == "sync"
+        if salvage.needed(cfg.data_dir):  # a damaged table file was found last time
+            await asyncio.get_running_loop().run_in_executor(None, salvage.salvage, cfg.data_dir)
         self.store = LogStore(
             cfg.data_dir,
             sync=sync,

@@ -17,7 +17,13 @@ import grpc
 from google.protobuf.message import DecodeError
 from grpc import aio
 
-from streamwal.errors import ChannelNotExist, InvalidArgument, OnShutdown, StreamingError
+from streamwal.errors import (
+    ChannelNotExist,
+    DataLoss,
+    InvalidArgument,
+    OnShutdown,
+    StreamingError,
+)
 from streamwal.grpc_errors import status_for, trailing
 from streamwal.node import delivery, records
 from streamwal.node.channel import Channel
@@ -161,6 +167,12 @@ class NodeService:
             ch = self.wal.channels.get(request.pchannel)
             if ch is None:
                 raise ChannelNotExist(f"pchannel {request.pchannel!r} has no log on this node")
+            await self.wal.ensure_verified(ch)
+            if ch.damage:  # a copy of a damaged log would move the loss elsewhere, unseen
+                raise DataLoss(
+                    f"pchannel {request.pchannel!r} lost acknowledged records on this node: "
+                    f"{ch.damage}"
+                )
         except StreamingError as err:
             await _abort(context, err)
             return
@@ -173,7 +185,11 @@ class NodeService:
         )
         position = request.from_offset
         while position < end:
-            recs = self.wal.read(ch, position, READ_RECORDS, raw=True)
+            try:
+                recs = self.wal.read(ch, position, READ_RECORDS, raw=True)
+            except StreamingError as err:
+                await _abort(context, err)
+                return
             if not recs:
                 break
             for base, value in recs:
@@ -198,11 +214,14 @@ class NodeService:
 
     async def fence(self, request, context):
         async def act(req):
-            last_term, next_offset, commit = await self.wal.fence(
+            last_term, next_offset, commit, damage = await self.wal.fence(
                 req.pchannel.name, req.pchannel.term
             )
             return pb.FenceResponse(
-                last_term=last_term, next_offset=next_offset, commit_offset=commit
+                last_term=last_term,
+                next_offset=next_offset,
+                commit_offset=commit,
+                data_loss=damage,
             )
 
         return await self._unary(request, context, act)
@@ -229,6 +248,7 @@ class NodeService:
                 req.catch_up_from,
                 req.min_next_offset,
                 req.replica_set if req.HasField("replica_set") else None,
+                req.accept_data_loss,
             )
             return pb.StreamingNodeManagerAssignResponse()
 
@@ -255,6 +275,7 @@ class NodeService:
                     size_bytes=ch.size_bytes,
                     producers=ch.producers,
                     consumers=ch.consumers,
+                    data_loss=ch.damage,
                 )
                 self.wal.replication.status(ch, status)
                 resp.channels.append(status)
@@ -394,7 +415,10 @@ class NodeService:
                 return err
             if not self.serving:
                 return OnShutdown("node is shutting down")
-            recs = self.wal.read(ch, position, READ_RECORDS)
+            try:
+                recs = self.wal.read(ch, position, READ_RECORDS)
+            except StreamingError as err:
+                return err
             if not recs:
                 waiter = asyncio.ensure_future(ch.wait_changed(1.0))
                 await asyncio.wait((waiter, closer), return_when=asyncio.FIRST_COMPLETED)
@@ -406,7 +430,7 @@ class NodeService:
                 try:
                     rec = records.decode(value, f"{ch.name}@{base}")
                 except StreamingError as err:
-                    log.error("corrupt record", extra={"pchannel": ch.name, "offset": base})
+                    self.wal.report_bad_record(ch, base, err.cause, "read")
                     if small:  # deliver everything before the bad record first
                         await context.write(delivery.batch_frame(delivery.join(small), small_term))
                     return err

@@ -14,16 +14,24 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
-from streamwal.errors import ChannelFenced, IgnoredOperation, Inner, InvalidArgument, StreamingError
+from streamwal.errors import (
+    ChannelFenced,
+    DataLoss,
+    IgnoredOperation,
+    Inner,
+    InvalidArgument,
+    StreamingError,
+)
 from streamwal.message import PROP_TYPE, MsgType
-from streamwal.node import peer, records
+from streamwal.node import peer, records, salvage
+from streamwal.node.ack_ledger import AckLedger
 from streamwal.node.channel import Channel
 from streamwal.node.clock import BarrierTooFar
 from streamwal.node.config import NodeConfig
 from streamwal.node.divergence import cut_history, extend_history, log_divergence
 from streamwal.node.fencing import AssignOutcome, check_access, decide_assign, decide_remove
 from streamwal.node.group_commit import GroupCommitter
-from streamwal.node.log_store import ChannelMeta, LogStore, log_key
+from streamwal.node.log_store import ChannelMeta, LogStore, StoreCorruption, log_key
 from streamwal.node.metrics import ChannelState, NodeMetrics
 from streamwal.node.producers import (
     BatchResult,
@@ -44,6 +52,8 @@ log = logging.getLogger("streamwal.node.wal")
 
 MAX_NAME_BYTES = 200
 READ_BYTES = 4 * 1024 * 1024  # one read step of a consumer or a fetch
+VERIFY_STEP_BYTES = 4 * 1024 * 1024  # records checked per step of a verification
+LEDGER_SYNC_S = 1.0  # the ledger's marks reach the disk (and, async, the WAL) this often
 _TIME_TICK_BODY = pb.MessageBatch(
     messages=[pb.Message(properties={PROP_TYPE: str(int(MsgType.TimeTick))})]
 ).SerializeToString()
@@ -116,6 +126,9 @@ class Wal:
         self.config = config
         self.metrics = metrics
         self.channels: dict[str, Channel] = {}
+        self.ledger = AckLedger(store.path)
+        self._verifying: dict[str, asyncio.Future] = {}
+        self._syncing: asyncio.Future | None = None
         self._committer = GroupCommitter(
             store,
             self._prepare,
@@ -136,13 +149,41 @@ class Wal:
     # -- lifecycle ---------------------------------------------------------------------
 
     def open(self) -> None:
-        """Load every known pchannel: meta plus two seeks each, never a scan of the log."""
+        """Load every known pchannel: meta plus two seeks each, never a scan of the log.
+
+        Each log end is checked against the acknowledged-offset ledger: a log that ends
+        below what this node acknowledged lost records (RocksDB's WAL recovery drops a
+        damaged record and all after it silently), and a pchannel the ledger knows but
+        the store does not lost its meta. Either is marked damaged, never served as is.
+        What earlier processes wrote is verified (checksums) before this node leads it.
+        """
+        if not self.ledger.existed and self.store.channel_names():
+            log.warning(
+                "no acknowledged-offset ledger beside an existing store: starting one from "
+                "the current log ends (losses before now cannot be detected)",
+                extra={"ledger": str(self.ledger.path)},
+            )
         for name in self.store.channel_names():
             meta = self.store.load_meta(name)
             if meta is None:
                 continue
-            ch = Channel(name, meta, self.store.tail(name), self.store.load_commit(name))
-            self.channels[name] = ch
+            self._load_channel(name, meta)
+        for name in self.ledger.names():
+            if name not in self.channels:
+                ch = self._load_channel(name, ChannelMeta())
+                ch.bad_reason = "the store has no record of this pchannel (its meta is lost)"
+                ch.bad_from = ch.first_offset
+
+    def _load_channel(self, name: str, meta: ChannelMeta) -> Channel:
+        ch = Channel(name, meta, self.store.tail(name), self.store.load_commit(name))
+        ch.unverified_end = ch.committed_next
+        mark = self.ledger.mark(name)
+        ch.ledger_slot = self.ledger.slot(name, ch.committed_next)
+        if mark is not None and ch.committed_next < mark:
+            ch.lost_until = mark
+            self._found_damage(ch, "ledger")
+        self.channels[name] = ch
+        return ch
 
     def start(self) -> None:
         self._committer.start()
@@ -150,6 +191,8 @@ class Wal:
         self._tasks = [
             loop.create_task(self._tick_idle_channels(), name="time-ticks"),
             loop.create_task(self._retention_loop(), name="retention"),
+            loop.create_task(self._ledger_loop(), name="ledger-sync"),
+            loop.create_task(self._verify_all(), name="verify"),
         ]
 
     async def close(self) -> None:
@@ -161,6 +204,11 @@ class Wal:
         for ch in self.channels.values():
             self.replication.stop_role(ch, None)
             ch.notify()
+        if self._syncing is not None:
+            await asyncio.gather(self._syncing, return_exceptions=True)
+        for pending in list(self._verifying.values()):
+            pending.cancel()
+        self.ledger.close()
 
     # -- management --------------------------------------------------------------------
 
@@ -172,12 +220,18 @@ class Wal:
         catch_up_from: str = "",
         min_next_offset: int = 0,
         replica_set: pb.ReplicaSet | None = None,
+        accept_data_loss: bool = False,
     ) -> AssignOutcome:
         """Serve `name` under `term` (persisted first); `retention` replaces its policy.
 
         With `catch_up_from` (the previous owner, already fenced) every record this node
         lacks is copied from there first, so the new term continues the same log. With a
         `replica_set` the node leads the replicas or follows its leader (replication.py).
+
+        A log that lacks acknowledged records (`Channel.damage`) is never led: a follower
+        drops its damaged suffix and copies it again from its leader; a single replica is
+        refused with DataLoss unless `accept_data_loss`, which drops the damaged suffix
+        and starts the new term above every offset this node ever acknowledged.
         """
         validate_name(name)
         if retention is not None and (retention.max_age_ms < 0 or retention.max_bytes < 0):
@@ -187,7 +241,27 @@ class Wal:
         ch = self.channels.get(name)
         outcome = decide_assign(ch.fence if ch else None, term)
         if ch is not None:
+            if not following:
+                await self.ensure_verified(ch)
+            if ch.bad_needs_salvage:
+                raise DataLoss(
+                    f"pchannel {name!r} lost acknowledged records on this node: {ch.damage}. "
+                    "The store has a damaged table file: restart the node, it salvages "
+                    "its store at start-up; then rebuild or accept the loss"
+                )
+            if ch.damage and not following and not accept_data_loss:
+                raise DataLoss(
+                    f"pchannel {name!r} lost acknowledged records on this node: {ch.damage}. "
+                    "Rebuild it from a replica, or accept the loss explicitly "
+                    "(`streamwal channel accept-loss`)"
+                )
+            if ch.damage and not following and outcome is not AssignOutcome.TAKE:
+                raise InvalidArgument(
+                    f"accepting the data loss of {name!r} needs a new term (serving {ch.term})"
+                )
             ch.recovering = False
+            if ch.damage:
+                await self._cut_damage(ch, accept=not following)
         if outcome is not AssignOutcome.TAKE:
             assert ch is not None
             if self.replication.configure(ch, replica_set):
@@ -260,6 +334,8 @@ class Wal:
             retention_bytes=self.config.default_retention_bytes,
         )
         ch = Channel(name, meta, self.store.tail(name), self.store.load_commit(name))
+        # Durable before the pchannel's meta is: a pchannel with meta always has a mark.
+        ch.ledger_slot = self.ledger.slot(name, ch.committed_next)
         self.channels[name] = ch
         return ch
 
@@ -268,10 +344,15 @@ class Wal:
         below it (replication_rules.commit_offset), so do not wait for the idle tick."""
         self.append(ch, ch.term, _TIME_TICK_BODY, 1, records.FLAG_TIME_TICK)
 
-    async def fence(self, name: str, term: int) -> tuple[int, int, int]:
+    async def fence(self, name: str, term: int) -> tuple[int, int, int, str]:
         """Raise the accepted term of `name` to `term` (persisted; any lower role ends) and
-        report (last record's term, log end, commit offset). A lower or equal term only
-        reports. Works whether or not the node serves or even holds the pchannel."""
+        report (last record's term, log end, commit offset, damage). A lower or equal term
+        only reports. Works whether or not the node serves or even holds the pchannel.
+
+        The log is verified first (once per process): a replica whose log lacks
+        acknowledged records says so (it may not lead), and its commit offset then covers
+        every offset it acknowledged, so no leader is chosen that lacks them.
+        """
         validate_name(name)
         if term < 1:
             raise IgnoredOperation(f"term must be >= 1, got {term}")
@@ -293,7 +374,12 @@ class Wal:
             )
             await self._drain(ch)
             log.info("fenced", extra={"pchannel": name, "term": term})
-        return ch.last_term, ch.committed_next, ch.known_commit
+        await self.ensure_verified(ch)
+        damage = ch.damage
+        if damage:
+            acked = max(self.ledger.mark(name) or 0, ch.lost_until)
+            return ch.last_term, ch.committed_next, max(ch.known_commit, acked), damage
+        return ch.last_term, ch.committed_next, ch.known_commit, ""
 
     async def _catch_up(self, ch: Channel, source: str) -> None:
         """Copy the records this node lacks from `source`, cutting a divergent suffix first."""
@@ -310,7 +396,9 @@ class Wal:
                 await anext(stream)
             copied = await self._copy(ch, stream, source)
         except (StreamingError, StopAsyncIteration) as err:
-            raise Inner(f"cannot catch up {ch.name!r} from {source}: {err}") from None
+            # A source that lost acknowledged records is a loss here too, not a failure.
+            cls = DataLoss if isinstance(err, DataLoss) else Inner
+            raise cls(f"cannot catch up {ch.name!r} from {source}: {err}") from None
         log.info(
             "caught up",
             extra={
@@ -335,9 +423,11 @@ class Wal:
             if pending >= 8 * 1024 * 1024:
                 self.store.put_size(wb, ch.name, ch.size_bytes)
                 await loop.run_in_executor(None, self.store.write_synced, wb)
+                self.mark_durable(ch)
                 wb, pending = self.store.new_batch(), 0
         self.store.put_size(wb, ch.name, ch.size_bytes)
         await loop.run_in_executor(None, self.store.write_synced, wb)
+        self.mark_durable(ch)
         return copied
 
     def apply_copied(self, ch: Channel, wb, base: int, value: bytes, rec: records.Record) -> None:
@@ -361,16 +451,21 @@ class Wal:
         ch.last_term = rec.term
         ch.clock.observe(rec.last_tick)
 
-    async def truncate_suffix(self, ch: Channel, offset: int) -> None:
-        """Cut this node's divergent suffix (records from an unclean failover's loser)."""
+    async def truncate_suffix(self, ch: Channel, offset: int, divergent: bool = True) -> None:
+        """Cut this node's log from `offset`: a divergent suffix (records from an unclean
+        failover's loser, which lowers the acknowledged mark first, so a crash in between
+        cannot look like a loss), or a damaged one (`divergent=False`: the mark stays, and
+        the pchannel stays damaged until its records are copied back up to it)."""
         loop = asyncio.get_running_loop()
+        if divergent:
+            self.ledger.lower(ch.ledger_slot, offset)
         dropped = await loop.run_in_executor(
             None, self.store.truncate_from, ch.name, offset, lambda w: window_below(w, offset)
         )
         ch.meta = replace(ch.meta, history=cut_history(ch.meta.history, offset))
         await loop.run_in_executor(None, self.store.save_meta, ch.name, ch.meta)
         log.warning(
-            "truncated divergent suffix",
+            "truncated divergent suffix" if divergent else "dropped damaged suffix",
             extra={"pchannel": ch.name, "from": offset, "to": ch.next_offset, "bytes": dropped},
         )
         ch.next_offset = ch.committed_next = offset
@@ -381,6 +476,139 @@ class Wal:
         ch.producer_states.clear()
         tail = self.store.tail(ch.name)
         ch.last_term = tail.last_term
+
+    # -- corruption ----------------------------------------------------------------------
+
+    def mark_durable(self, ch: Channel) -> None:
+        """Record in the ledger that `ch`'s log is durable up to its end (before the end is
+        acknowledged to anyone: a producer, a leader, a catching-up node)."""
+        self.ledger.advance(ch.ledger_slot, ch.committed_next)
+
+    async def ensure_verified(self, ch: Channel, urgent: bool = True) -> None:
+        """Verify what earlier processes wrote of `ch`'s log before this node leads it or
+        reports it fit to lead: once per process, shared with the background pass that
+        `start` begins, at full speed once someone is waiting (`urgent`)."""
+        if not ch.unverified_end:
+            return
+        ch.verify_urgent = ch.verify_urgent or urgent
+        pending = self._verifying.get(ch.name)
+        if pending is None:
+            pending = self._verifying[ch.name] = asyncio.ensure_future(self._verify(ch))
+        await asyncio.shield(pending)
+
+    async def _verify(self, ch: Channel) -> None:
+        loop = asyncio.get_running_loop()
+        starts = frozenset(first for _, first in ch.meta.history)
+        position = ch.first_offset
+        try:
+            while True:
+                # Retention may cut the front and a divergence cut the end meanwhile.
+                position = max(position, ch.first_offset)
+                end = min(ch.unverified_end, ch.committed_next)
+                if position >= end:
+                    break
+                step = await loop.run_in_executor(
+                    None, self.store.verify, ch.name, position, end, starts, VERIFY_STEP_BYTES
+                )
+                if step.problem:
+                    self.report_bad_record(
+                        ch, step.position, step.problem, "verify", step.store_corrupt
+                    )
+                    break
+                position = step.position
+                if not ch.verify_urgent:
+                    await asyncio.sleep(0.05)  # in the background: about 80 MB/s at most
+            ch.unverified_end = 0
+        finally:
+            self._verifying.pop(ch.name, None)
+
+    async def _verify_all(self) -> None:
+        """Verify every pchannel an earlier process wrote, one after another, in the
+        background: corruption is found before anyone asks for the damaged records."""
+        for ch in list(self.channels.values()):
+            await self.ensure_verified(ch, urgent=False)
+
+    def report_bad_record(
+        self, ch: Channel, offset: int, reason: str, found_by: str, store_corrupt: bool = False
+    ) -> None:
+        """A record of `ch`'s log at `offset` cannot be read back as written. The pchannel
+        is served by nobody here from now on. A leader's role ends (the coord sees the
+        damage in CollectStatus and moves it); a follower copies the suffix again from
+        its leader, unless RocksDB itself found the damage (`store_corrupt`): that block
+        cannot be dropped in place, so the store is marked for salvage at the next
+        start-up (salvage.py) and the follower keeps storing new records meanwhile."""
+        if ch.bad_from is not None and ch.bad_from <= offset:
+            return
+        ch.bad_from, ch.bad_reason = offset, reason
+        ch.bad_needs_salvage = ch.bad_needs_salvage or store_corrupt
+        if store_corrupt:
+            salvage.mark_needed(self.store.path, f"{ch.name}@{offset}: {reason}")
+        self._found_damage(ch, found_by)
+        role = ch.replica
+        if isinstance(role, LeaderRole):
+            self.replication.stop_role(
+                ch, DataLoss(f"pchannel {ch.name!r} lost acknowledged records: {ch.damage}")
+            )
+        elif role is not None and not ch.bad_needs_salvage and not self._closing:
+            task = asyncio.get_running_loop().create_task(self._rebuild(ch), name="rebuild")
+            self._tasks.append(task)
+
+    def _found_damage(self, ch: Channel, found_by: str) -> None:
+        self.metrics.corruptions.labels(found_by).inc()
+        log.error(
+            "pchannel log lacks acknowledged records",
+            extra={"pchannel": ch.name, "damage": ch.damage, "found_by": found_by},
+        )
+        ch.notify()
+
+    async def _rebuild(self, ch: Channel) -> None:
+        """A follower found its log damaged: drop the damaged suffix and follow again."""
+        role = ch.replica
+        if role is None or isinstance(role, LeaderRole):
+            return
+        self.replication.stop_role(ch, None)
+        await self.replication.settle(role)
+        await self._drain(ch)
+        await self._cut_damage(ch, accept=False)
+        if ch.replica is None and ch.meta.term == role.term:
+            self.replication.follow_again(ch, role)
+
+    async def _cut_damage(self, ch: Channel, accept: bool) -> None:
+        """Drop the unreadable suffix of `ch`'s log, keeping its acknowledged mark: the
+        pchannel stays damaged until its records are copied back up to the mark (a
+        follower), unless the loss is accepted: then the log continues above every offset
+        this node ever acknowledged (the new term's start, persisted by the caller)."""
+        if ch.bad_from is not None:
+            cut = max(ch.bad_from, ch.first_offset)
+            ch.lost_until = max(ch.lost_until, self.ledger.mark(ch.name) or 0)
+            await self.truncate_suffix(ch, cut, divergent=False)
+            ch.bad_from, ch.bad_reason = None, ""
+        if accept and ch.committed_next < ch.lost_until:
+            log.warning(
+                "data loss accepted",
+                extra={"pchannel": ch.name, "lost": [ch.committed_next, ch.lost_until - 1]},
+            )
+            ch.next_offset = ch.committed_next = ch.lost_until
+
+    async def _ledger_loop(self) -> None:
+        """The ledger's marks reach the disk every LEDGER_SYNC_S. Under async durability
+        the WAL is synced first and the marks then cover only what that sync made
+        durable: a power loss takes at most that interval of acknowledged writes, and a
+        lost interval is not mistaken for corruption."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(LEDGER_SYNC_S)
+            channels = [] if self.store.sync else list(self.channels.values())
+            ends = [(ch, ch.committed_next) for ch in channels]
+            self._syncing = loop.run_in_executor(None, self._sync_durable)
+            await asyncio.shield(self._syncing)
+            for ch, end in ends:
+                self.ledger.advance(ch.ledger_slot, end)
+
+    def _sync_durable(self) -> None:
+        if not self.store.sync:
+            self.store.sync_wal()
+        self.ledger.sync()
 
     async def remove(self, name: str, term: int) -> None:
         ch = self.channels.get(name)
@@ -509,6 +737,7 @@ class Wal:
 
     def _committed(self, group: list) -> None:
         now = time.perf_counter()
+        durable = self.store.sync  # async: the ledger follows the periodic WAL sync
         touched: dict[str, Channel] = {}
         m = self.metrics
         for item in group:
@@ -516,6 +745,8 @@ class Wal:
             touched[ch.name] = ch
             if isinstance(item, _Append):
                 ch.committed(item.base, item.count, item.value)
+                if durable:  # before the answer: the mark covers every acknowledged offset
+                    self.ledger.advance(ch.ledger_slot, item.base + item.count)
                 ch.last_term = ch.term
                 totals = m.appended(ch.name)
                 totals[0] += item.count
@@ -569,6 +800,7 @@ class Wal:
                 ch.committed_next,
                 ch.known_commit,
                 len(ch.producer_states),
+                int(bool(ch.damage)),
             )
             for ch in list(self.channels.values())
         ]
@@ -585,7 +817,11 @@ class Wal:
             return []
         out = ch.cached_from(offset, limit, max_bytes)
         if out is None:
-            out = self.store.records_from(ch.name, offset, limit, max_bytes)
+            try:
+                out = self.store.records_from(ch.name, offset, limit, max_bytes)
+            except StoreCorruption as err:
+                self.report_bad_record(ch, offset, err.cause, "read", store_corrupt=True)
+                raise
         return _below(out, end)
 
     async def read_raw(
@@ -598,9 +834,13 @@ class Wal:
             return []
         out = ch.cached_from(offset, limit, max_bytes)
         if out is None:
-            out = await asyncio.get_running_loop().run_in_executor(
-                None, self.store.records_from, ch.name, offset, limit, max_bytes
-            )
+            try:
+                out = await asyncio.get_running_loop().run_in_executor(
+                    None, self.store.records_from, ch.name, offset, limit, max_bytes
+                )
+            except StoreCorruption as err:
+                self.report_bad_record(ch, offset, err.cause, "read", store_corrupt=True)
+                raise
         return _below(out, end)
 
     # -- housekeeping ------------------------------------------------------------------

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from . import streaming_pb2 as streaming__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0b\x63oord.proto\x12\x0fstreamwal.coord\x1a\x0fstreaming.proto\"K\n\x10OwnerDescription\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x18\n\x10\x64\x65scription_text\x18\x03 \x01(\t\"\xc7\x02\n\rChannelRecord\x12\x32\n\x04meta\x18\x01 \x01(\x0b\x32$.milvus.proto.streaming.PChannelMeta\x12\x30\n\x05owner\x18\x02 \x01(\x0b\x32!.streamwal.coord.OwnerDescription\x12\x11\n\tdestroyed\x18\x03 \x01(\x08\x12\x15\n\rcreated_at_ms\x18\x04 \x01(\x03\x12\x10\n\x08replicas\x18\x05 \x01(\x05\x12:\n\x07members\x18\x06 \x03(\x0b\x32).milvus.proto.streaming.StreamingNodeInfo\x12\x43\n\x10previous_members\x18\x07 \x03(\x0b\x32).milvus.proto.streaming.StreamingNodeInfo\x12\x13\n\x0bjoint_until\x18\x08 \x01(\x04\";\n\rClusterRecord\x12\x13\n\x0bincarnation\x18\x01 \x01(\x03\x12\x15\n\rdrained_nodes\x18\x02 \x03(\x03\"\x81\x01\n\x15\x43reateChannelsRequest\x12\x30\n\x05owner\x18\x01 \x01(\x0b\x32!.streamwal.coord.OwnerDescription\x12\x14\n\x0cnum_channels\x18\x02 \x01(\x05\x12\x0e\n\x06prefix\x18\x03 \x01(\t\x12\x10\n\x08replicas\x18\x04 \x01(\x05\"/\n\x16\x43reateChannelsResponse\x12\x15\n\rchannel_names\x18\x01 \x03(\t\"/\n\x16\x44\x65stroyChannelsRequest\x12\x15\n\rchannel_names\x18\x01 \x03(\t\"\x19\n\x17\x44\x65stroyChannelsResponse\"0\n\x17\x44\x65scribeChannelsRequest\x12\x15\n\rchannel_names\x18\x01 \x03(\t\"\xc5\x02\n\x12\x43hannelDescription\x12\x14\n\x0c\x63hannel_name\x18\x01 \x01(\t\x12\x30\n\x05owner\x18\x02 \x01(\x0b\x32!.streamwal.coord.OwnerDescription\x12\x32\n\x04meta\x18\x03 \x01(\x0b\x32$.milvus.proto.streaming.PChannelMeta\x12\x10\n\x08replicas\x18\x04 \x01(\x05\x12:\n\x07members\x18\x05 \x03(\x0b\x32).milvus.proto.streaming.StreamingNodeInfo\x12\x39\n\x08progress\x18\x06 \x03(\x0b\x32\'.milvus.proto.streaming.ReplicaProgress\x12\x13\n\x0bnext_offset\x18\x07 \x01(\x04\x12\x15\n\rcommit_offset\x18\x08 \x01(\x04\"U\n\x18\x44\x65scribeChannelsResponse\x12\x39\n\x0c\x64\x65scriptions\x18\x01 \x03(\x0b\x32#.streamwal.coord.ChannelDescription\"6\n\x10\x44rainNodeRequest\x12\x11\n\tserver_id\x18\x01 \x01(\x03\x12\x0f\n\x07undrain\x18\x02 \x01(\x08\"\x13\n\x11\x44rainNodeResponse\"\x12\n\x10ListNodesRequest\"\x7f\n\x0fNodeDescription\x12\x37\n\x04node\x18\x01 \x01(\x0b\x32).milvus.proto.streaming.StreamingNodeInfo\x12\x10\n\x08liveness\x18\x02 \x01(\t\x12\x0f\n\x07\x64rained\x18\x03 \x01(\x08\x12\x10\n\x08\x63hannels\x18\x04 \x01(\x05\"D\n\x11ListNodesResponse\x12/\n\x05nodes\x18\x01 \x03(\x0b\x32 .streamwal.coord.NodeDescription2\x82\x04\n\x1cStreamingCoordChannelService\x12\x63\n\x0e\x43reateChannels\x12&.streamwal.coord.CreateChannelsRequest\x1a\'.streamwal.coord.CreateChannelsResponse\"\x00\x12\x66\n\x0f\x44\x65stroyChannels\x12\'.streamwal.coord.DestroyChannelsRequest\x1a(.streamwal.coord.DestroyChannelsResponse\"\x00\x12i\n\x10\x44\x65scribeChannels\x12(.streamwal.coord.DescribeChannelsRequest\x1a).streamwal.coord.DescribeChannelsResponse\"\x00\x12T\n\tDrainNode\x12!.streamwal.coord.DrainNodeRequest\x1a\".streamwal.coord.DrainNodeResponse\"\x00\x12T\n\tListNodes\x12!.streamwal.coord.ListNodesRequest\x1a\".streamwal.coord.ListNodesResponse\"\x00\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0b\x63oord.proto\x12\x0fstreamwal.coord\x1a\x0fstreaming.proto\"K\n\x10OwnerDescription\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x18\n\x10\x64\x65scription_text\x18\x03 \x01(\t\"\xc7\x02\n\rChannelRecord\x12\x32\n\x04meta\x18\x01 \x01(\x0b\x32$.milvus.proto.streaming.PChannelMeta\x12\x30\n\x05owner\x18\x02 \x01(\x0b\x32!.streamwal.coord.OwnerDescription\x12\x11\n\tdestroyed\x18\x03 \x01(\x08\x12\x15\n\rcreated_at_ms\x18\x04 \x01(\x03\x12\x10\n\x08replicas\x18\x05 \x01(\x05\x12:\n\x07members\x18\x06 \x03(\x0b\x32).milvus.proto.streaming.StreamingNodeInfo\x12\x43\n\x10previous_members\x18\x07 \x03(\x0b\x32).milvus.proto.streaming.StreamingNodeInfo\x12\x13\n\x0bjoint_until\x18\x08 \x01(\x04\";\n\rClusterRecord\x12\x13\n\x0bincarnation\x18\x01 \x01(\x03\x12\x15\n\rdrained_nodes\x18\x02 \x03(\x03\"\x81\x01\n\x15\x43reateChannelsRequest\x12\x30\n\x05owner\x18\x01 \x01(\x0b\x32!.streamwal.coord.OwnerDescription\x12\x14\n\x0cnum_channels\x18\x02 \x01(\x05\x12\x0e\n\x06prefix\x18\x03 \x01(\t\x12\x10\n\x08replicas\x18\x04 \x01(\x05\"/\n\x16\x43reateChannelsResponse\x12\x15\n\rchannel_names\x18\x01 \x03(\t\"/\n\x16\x44\x65stroyChannelsRequest\x12\x15\n\rchannel_names\x18\x01 \x03(\t\"\x19\n\x17\x44\x65stroyChannelsResponse\"0\n\x17\x44\x65scribeChannelsRequest\x12\x15\n\rchannel_names\x18\x01 \x03(\t\"\xd8\x02\n\x12\x43hannelDescription\x12\x14\n\x0c\x63hannel_name\x18\x01 \x01(\t\x12\x30\n\x05owner\x18\x02 \x01(\x0b\x32!.streamwal.coord.OwnerDescription\x12\x32\n\x04meta\x18\x03 \x01(\x0b\x32$.milvus.proto.streaming.PChannelMeta\x12\x10\n\x08replicas\x18\x04 \x01(\x05\x12:\n\x07members\x18\x05 \x03(\x0b\x32).milvus.proto.streaming.StreamingNodeInfo\x12\x39\n\x08progress\x18\x06 \x03(\x0b\x32\'.milvus.proto.streaming.ReplicaProgress\x12\x13\n\x0bnext_offset\x18\x07 \x01(\x04\x12\x15\n\rcommit_offset\x18\x08 \x01(\x04\x12\x11\n\tdata_loss\x18\t \x01(\t\"U\n\x18\x44\x65scribeChannelsResponse\x12\x39\n\x0c\x64\x65scriptions\x18\x01 \x03(\x0b\x32#.streamwal.coord.ChannelDescription\"6\n\x10\x44rainNodeRequest\x12\x11\n\tserver_id\x18\x01 \x01(\x03\x12\x0f\n\x07undrain\x18\x02 \x01(\x08\"\x13\n\x11\x44rainNodeResponse\"-\n\x15\x41\x63\x63\x65ptDataLossRequest\x12\x14\n\x0c\x63hannel_name\x18\x01 \x01(\t\"\x18\n\x16\x41\x63\x63\x65ptDataLossResponse\"\x12\n\x10ListNodesRequest\"\x7f\n\x0fNodeDescription\x12\x37\n\x04node\x18\x01 \x01(\x0b\x32).milvus.proto.streaming.StreamingNodeInfo\x12\x10\n\x08liveness\x18\x02 \x01(\t\x12\x0f\n\x07\x64rained\x18\x03 \x01(\x08\x12\x10\n\x08\x63hannels\x18\x04 \x01(\x05\"D\n\x11ListNodesResponse\x12/\n\x05nodes\x18\x01 \x03(\x0b\x32 .streamwal.coord.NodeDescription2\xe7\x04\n\x1cStreamingCoordChannelService\x12\x63\n\x0e\x43reateChannels\x12&.streamwal.coord.CreateChannelsRequest\x1a\'.streamwal.coord.CreateChannelsResponse\"\x00\x12\x66\n\x0f\x44\x65stroyChannels\x12\'.streamwal.coord.DestroyChannelsRequest\x1a(.streamwal.coord.DestroyChannelsResponse\"\x00\x12i\n\x10\x44\x65scribeChannels\x12(.streamwal.coord.DescribeChannelsRequest\x1a).streamwal.coord.DescribeChannelsResponse\"\x00\x12T\n\tDrainNode\x12!.streamwal.coord.DrainNodeRequest\x1a\".streamwal.coord.DrainNodeResponse\"\x00\x12T\n\tListNodes\x12!.streamwal.coord.ListNodesRequest\x1a\".streamwal.coord.ListNodesResponse\"\x00\x12\x63\n\x0e\x41\x63\x63\x65ptDataLoss\x12&.streamwal.coord.AcceptDataLossRequest\x1a\'.streamwal.coord.AcceptDataLossResponse\"\x00\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -49,19 +49,23 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DESCRIBECHANNELSREQUEST']._serialized_start=774
   _globals['_DESCRIBECHANNELSREQUEST']._serialized_end=822
   _globals['_CHANNELDESCRIPTION']._serialized_start=825
-  _globals['_CHANNELDESCRIPTION']._serialized_end=1150
-  _globals['_DESCRIBECHANNELSRESPONSE']._serialized_start=1152
-  _globals['_DESCRIBECHANNELSRESPONSE']._serialized_end=1237
-  _globals['_DRAINNODEREQUEST']._serialized_start=1239
-  _globals['_DRAINNODEREQUEST']._serialized_end=1293
-  _globals['_DRAINNODERESPONSE']._serialized_start=1295
-  _globals['_DRAINNODERESPONSE']._serialized_end=1314
-  _globals['_LISTNODESREQUEST']._serialized_start=1316
-  _globals['_LISTNODESREQUEST']._serialized_end=1334
-  _globals['_NODEDESCRIPTION']._serialized_start=1336
-  _globals['_NODEDESCRIPTION']._serialized_end=1463
-  _globals['_LISTNODESRESPONSE']._serialized_start=1465
-  _globals['_LISTNODESRESPONSE']._serialized_end=1533
-  _globals['_STREAMINGCOORDCHANNELSERVICE']._serialized_start=1536
-  _globals['_STREAMINGCOORDCHANNELSERVICE']._serialized_end=2050
+  _globals['_CHANNELDESCRIPTION']._serialized_end=1169
+  _globals['_DESCRIBECHANNELSRESPONSE']._serialized_start=1171
+  _globals['_DESCRIBECHANNELSRESPONSE']._serialized_end=1256
+  _globals['_DRAINNODEREQUEST']._serialized_start=1258
+  _globals['_DRAINNODEREQUEST']._serialized_end=1312
+  _globals['_DRAINNODERESPONSE']._serialized_start=1314
+  _globals['_DRAINNODERESPONSE']._serialized_end=1333
+  _globals['_ACCEPTDATALOSSREQUEST']._serialized_start=1335
+  _globals['_ACCEPTDATALOSSREQUEST']._serialized_end=1380
+  _globals['_ACCEPTDATALOSSRESPONSE']._serialized_start=1382
+  _globals['_ACCEPTDATALOSSRESPONSE']._serialized_end=1406
+  _globals['_LISTNODESREQUEST']._serialized_start=1408
+  _globals['_LISTNODESREQUEST']._serialized_end=1426
+  _globals['_NODEDESCRIPTION']._serialized_start=1428
+  _globals['_NODEDESCRIPTION']._serialized_end=1555
+  _globals['_LISTNODESRESPONSE']._serialized_start=1557
+  _globals['_LISTNODESRESPONSE']._serialized_end=1625
+  _globals['_STREAMINGCOORDCHANNELSERVICE']._serialized_start=1628
+  _globals['_STREAMINGCOORDCHANNELSERVICE']._serialized_end=2243
 # @@protoc_insertion_point(module_scope)

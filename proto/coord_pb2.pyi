@@ -80,7 +80,7 @@ class DescribeChannelsRequest(_message.Message):
     def __init__(self, channel_names: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ChannelDescription(_message.Message):
-    __slots__ = ("channel_name", "owner", "meta", "replicas", "members", "progress", "next_offset", "commit_offset")
+    __slots__ = ("channel_name", "owner", "meta", "replicas", "members", "progress", "next_offset", "commit_offset", "data_loss")
     CHANNEL_NAME_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
     META_FIELD_NUMBER: _ClassVar[int]
@@ -89,6 +89,7 @@ class ChannelDescription(_message.Message):
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
     NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     COMMIT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_LOSS_FIELD_NUMBER: _ClassVar[int]
     channel_name: str
     owner: OwnerDescription
     meta: _streaming_pb2.PChannelMeta
@@ -97,7 +98,8 @@ class ChannelDescription(_message.Message):
     progress: _containers.RepeatedCompositeFieldContainer[_streaming_pb2.ReplicaProgress]
     next_offset: int
     commit_offset: int
-    def __init__(self, channel_name: _Optional[str] = ..., owner: _Optional[_Union[OwnerDescription, _Mapping]] = ..., meta: _Optional[_Union[_streaming_pb2.PChannelMeta, _Mapping]] = ..., replicas: _Optional[int] = ..., members: _Optional[_Iterable[_Union[_streaming_pb2.StreamingNodeInfo, _Mapping]]] = ..., progress: _Optional[_Iterable[_Union[_streaming_pb2.ReplicaProgress, _Mapping]]] = ..., next_offset: _Optional[int] = ..., commit_offset: _Optional[int] = ...) -> None: ...
+    data_loss: str
+    def __init__(self, channel_name: _Optional[str] = ..., owner: _Optional[_Union[OwnerDescription, _Mapping]] = ..., meta: _Optional[_Union[_streaming_pb2.PChannelMeta, _Mapping]] = ..., replicas: _Optional[int] = ..., members: _Optional[_Iterable[_Union[_streaming_pb2.StreamingNodeInfo, _Mapping]]] = ..., progress: _Optional[_Iterable[_Union[_streaming_pb2.ReplicaProgress, _Mapping]]] = ..., next_offset: _Optional[int] = ..., commit_offset: _Optional[int] = ..., data_loss: _Optional[str] = ...) -> None: ...
 
 class DescribeChannelsResponse(_message.Message):
     __slots__ = ("descriptions",)
@@ -114,6 +116,16 @@ class DrainNodeRequest(_message.Message):
     def __init__(self, server_id: _Optional[int] = ..., undrain: _Optional[bool] = ...) -> None: ...
 
 class DrainNodeResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class AcceptDataLossRequest(_message.Message):
+    __slots__ = ("channel_name",)
+    CHANNEL_NAME_FIELD_NUMBER: _ClassVar[int]
+    channel_name: str
+    def __init__(self, channel_name: _Optional[str] = ...) -> None: ...
+
+class AcceptDataLossResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 

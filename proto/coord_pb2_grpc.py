@@ -59,6 +59,11 @@ class StreamingCoordChannelServiceStub:
                 request_serializer=coord__pb2.ListNodesRequest.SerializeToString,
                 response_deserializer=coord__pb2.ListNodesResponse.FromString,
                 _registered_method=True)
+        self.AcceptDataLoss = channel.unary_unary(
+                '/streamwal.coord.StreamingCoordChannelService/AcceptDataLoss',
+                request_serializer=coord__pb2.AcceptDataLossRequest.SerializeToString,
+                response_deserializer=coord__pb2.AcceptDataLossResponse.FromString,
+                _registered_method=True)
 
 
 class StreamingCoordChannelServiceServicer:
@@ -94,6 +99,15 @@ class StreamingCoordChannelServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AcceptDataLoss(self, request, context):
+        """A single-replica pchannel whose only copy lost acknowledged records (DATA_LOSS) stays
+        unavailable until this: its owner then serves it under a new term, above every offset
+        it ever acknowledged (the lost ones are gone for good; none is acknowledged twice).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_StreamingCoordChannelServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -121,6 +135,11 @@ def add_StreamingCoordChannelServiceServicer_to_server(servicer, server):
                     servicer.ListNodes,
                     request_deserializer=coord__pb2.ListNodesRequest.FromString,
                     response_serializer=coord__pb2.ListNodesResponse.SerializeToString,
+            ),
+            'AcceptDataLoss': grpc.unary_unary_rpc_method_handler(
+                    servicer.AcceptDataLoss,
+                    request_deserializer=coord__pb2.AcceptDataLossRequest.FromString,
+                    response_serializer=coord__pb2.AcceptDataLossResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -258,6 +277,33 @@ class StreamingCoordChannelService:
             '/streamwal.coord.StreamingCoordChannelService/ListNodes',
             coord__pb2.ListNodesRequest.SerializeToString,
             coord__pb2.ListNodesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AcceptDataLoss(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/streamwal.coord.StreamingCoordChannelService/AcceptDataLoss',
+            coord__pb2.AcceptDataLossRequest.SerializeToString,
+            coord__pb2.AcceptDataLossResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -33,6 +33,7 @@ class StreamingCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STREAMING_CODE_RESOURCE_ACQUIRED: _ClassVar[StreamingCode]
     STREAMING_CODE_BROADCAST_NOT_FOUND: _ClassVar[StreamingCode]
     STREAMING_CODE_UNSUPPORTED: _ClassVar[StreamingCode]
+    STREAMING_CODE_DATA_LOSS: _ClassVar[StreamingCode]
     STREAMING_CODE_TRANSACTION_EXPIRED: _ClassVar[StreamingCode]
     STREAMING_CODE_INVALID_TRANSACTION_STATE: _ClassVar[StreamingCode]
     STREAMING_CODE_CONSUMER_GROUP_EXIST: _ClassVar[StreamingCode]
@@ -68,6 +69,7 @@ STREAMING_CODE_INVAILD_ARGUMENT: StreamingCode
 STREAMING_CODE_RESOURCE_ACQUIRED: StreamingCode
 STREAMING_CODE_BROADCAST_NOT_FOUND: StreamingCode
 STREAMING_CODE_UNSUPPORTED: StreamingCode
+STREAMING_CODE_DATA_LOSS: StreamingCode
 STREAMING_CODE_TRANSACTION_EXPIRED: StreamingCode
 STREAMING_CODE_INVALID_TRANSACTION_STATE: StreamingCode
 STREAMING_CODE_CONSUMER_GROUP_EXIST: StreamingCode
@@ -372,18 +374,20 @@ class CloseConsumerResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class StreamingNodeManagerAssignRequest(_message.Message):
-    __slots__ = ("pchannel", "retention", "catch_up_from", "min_next_offset", "replica_set")
+    __slots__ = ("pchannel", "retention", "catch_up_from", "min_next_offset", "replica_set", "accept_data_loss")
     PCHANNEL_FIELD_NUMBER: _ClassVar[int]
     RETENTION_FIELD_NUMBER: _ClassVar[int]
     CATCH_UP_FROM_FIELD_NUMBER: _ClassVar[int]
     MIN_NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     REPLICA_SET_FIELD_NUMBER: _ClassVar[int]
+    ACCEPT_DATA_LOSS_FIELD_NUMBER: _ClassVar[int]
     pchannel: PChannelInfo
     retention: RetentionPolicy
     catch_up_from: str
     min_next_offset: int
     replica_set: ReplicaSet
-    def __init__(self, pchannel: _Optional[_Union[PChannelInfo, _Mapping]] = ..., retention: _Optional[_Union[RetentionPolicy, _Mapping]] = ..., catch_up_from: _Optional[str] = ..., min_next_offset: _Optional[int] = ..., replica_set: _Optional[_Union[ReplicaSet, _Mapping]] = ...) -> None: ...
+    accept_data_loss: bool
+    def __init__(self, pchannel: _Optional[_Union[PChannelInfo, _Mapping]] = ..., retention: _Optional[_Union[RetentionPolicy, _Mapping]] = ..., catch_up_from: _Optional[str] = ..., min_next_offset: _Optional[int] = ..., replica_set: _Optional[_Union[ReplicaSet, _Mapping]] = ..., accept_data_loss: _Optional[bool] = ...) -> None: ...
 
 class StreamingNodeManagerAssignResponse(_message.Message):
     __slots__ = ()
@@ -526,7 +530,7 @@ class RetentionPolicy(_message.Message):
     def __init__(self, max_age_ms: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
 
 class PChannelStatus(_message.Message):
-    __slots__ = ("pchannel", "first_offset", "next_offset", "last_time_tick", "size_bytes", "producers", "consumers", "role", "last_term", "commit_offset", "replicas")
+    __slots__ = ("pchannel", "first_offset", "next_offset", "last_time_tick", "size_bytes", "producers", "consumers", "role", "last_term", "commit_offset", "replicas", "data_loss")
     PCHANNEL_FIELD_NUMBER: _ClassVar[int]
     FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
     NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -538,6 +542,7 @@ class PChannelStatus(_message.Message):
     LAST_TERM_FIELD_NUMBER: _ClassVar[int]
     COMMIT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    DATA_LOSS_FIELD_NUMBER: _ClassVar[int]
     pchannel: PChannelInfo
     first_offset: int
     next_offset: int
@@ -549,7 +554,8 @@ class PChannelStatus(_message.Message):
     last_term: int
     commit_offset: int
     replicas: _containers.RepeatedCompositeFieldContainer[ReplicaProgress]
-    def __init__(self, pchannel: _Optional[_Union[PChannelInfo, _Mapping]] = ..., first_offset: _Optional[int] = ..., next_offset: _Optional[int] = ..., last_time_tick: _Optional[int] = ..., size_bytes: _Optional[int] = ..., producers: _Optional[int] = ..., consumers: _Optional[int] = ..., role: _Optional[_Union[ReplicaRole, str]] = ..., last_term: _Optional[int] = ..., commit_offset: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaProgress, _Mapping]]] = ...) -> None: ...
+    data_loss: str
+    def __init__(self, pchannel: _Optional[_Union[PChannelInfo, _Mapping]] = ..., first_offset: _Optional[int] = ..., next_offset: _Optional[int] = ..., last_time_tick: _Optional[int] = ..., size_bytes: _Optional[int] = ..., producers: _Optional[int] = ..., consumers: _Optional[int] = ..., role: _Optional[_Union[ReplicaRole, str]] = ..., last_term: _Optional[int] = ..., commit_offset: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaProgress, _Mapping]]] = ..., data_loss: _Optional[str] = ...) -> None: ...
 
 class ReplicaSet(_message.Message):
     __slots__ = ("role", "members", "leader")
@@ -612,14 +618,16 @@ class FenceRequest(_message.Message):
     def __init__(self, pchannel: _Optional[_Union[PChannelInfo, _Mapping]] = ...) -> None: ...
 
 class FenceResponse(_message.Message):
-    __slots__ = ("last_term", "next_offset", "commit_offset")
+    __slots__ = ("last_term", "next_offset", "commit_offset", "data_loss")
     LAST_TERM_FIELD_NUMBER: _ClassVar[int]
     NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     COMMIT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_LOSS_FIELD_NUMBER: _ClassVar[int]
     last_term: int
     next_offset: int
     commit_offset: int
-    def __init__(self, last_term: _Optional[int] = ..., next_offset: _Optional[int] = ..., commit_offset: _Optional[int] = ...) -> None: ...
+    data_loss: str
+    def __init__(self, last_term: _Optional[int] = ..., next_offset: _Optional[int] = ..., commit_offset: _Optional[int] = ..., data_loss: _Optional[str] = ...) -> None: ...
 
 class TxnRequest(_message.Message):
     __slots__ = ("request_id", "begin", "append", "commit", "rollback")

@@ -19,8 +19,7 @@ from streamwal.ids import decode_offset
 from streamwal.proto import streaming_pb2 as pb
 from streamwal.transport import make_channel
 from tests.node.conftest import client, node, pchannel, start_node  # noqa: F401
-from tests.node.helpers import HANDLER, read_data, read_log
-from tests.node.test_metrics import _free_port, _scrape, _value
+from tests.node.helpers import HANDLER, free_port, read_data, read_log, sample, scrape
 
 
 async def test_committed_txn_is_contiguous_with_one_tick(client, pchannel) -> None:  # noqa: F811
@@ -155,7 +154,7 @@ async def _commit_when_broken(producer, txn) -> None:
 
 
 async def test_txn_limits(start_node, pchannel) -> None:  # noqa: F811
-    port = _free_port()
+    port = free_port()
     node = start_node(  # noqa: F811
         "n1", "--txn-max-bytes", "1KiB", "--txn-max-open", "2", "--metrics", f"127.0.0.1:{port}"
     )
@@ -181,10 +180,10 @@ async def test_txn_limits(start_node, pchannel) -> None:  # noqa: F811
         got = await read_log(c, pchannel, 1)
     assert [m.payload for m in got] == [b"a" * 600, b"c" * 100]
     assert result.count == 2
-    samples = _scrape(port)
-    assert _value(samples, "streamwal_txns_total", outcome="committed") == 1
-    assert _value(samples, "streamwal_txns_total", outcome="rolled_back") == 2
-    assert _value(samples, "streamwal_txn_open") == 0
+    samples = scrape(port)
+    assert sample(samples, "streamwal_txns_total", outcome="committed") == 1
+    assert sample(samples, "streamwal_txns_total", outcome="rolled_back") == 2
+    assert sample(samples, "streamwal_txn_open") == 0
 
 
 async def test_resent_commit_is_answered_not_appended_again(client, pchannel) -> None:  # noqa: F811

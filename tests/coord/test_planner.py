@@ -132,6 +132,13 @@ ROUNDS = {
         dict(records=[single("a", node=1), single("n", sm.UNINITIALIZED)], alive=()),
         [("unavailable", "a", "")],
     ),
+    "a single copy that lost acknowledged records is neither moved nor re-assigned": (
+        dict(
+            records=[single("a", sm.UNAVAILABLE, node=1)],
+            memory=Memory(data_loss={"a": "log shorter than acknowledged"}),
+        ),
+        [],
+    ),
     "a pchannel a client reported, confirmed missing on its owner, is re-assigned": (
         # on the least loaded live node: its own owner again, under a higher term
         dict(records=[single("a", node=1), single("b", node=2)], rechecked=("a",)),

@@ -15,7 +15,7 @@ from streamwal.coord import state_machine as sm
 from streamwal.coord.leader_choice import FenceReport
 from streamwal.coord.memory import Memory
 from streamwal.coord.meta_store import Stored
-from streamwal.errors import Inner
+from streamwal.errors import DataLoss, Inner
 from streamwal.proto import coord_pb2 as cpb
 from streamwal.proto import streaming_pb2 as pb
 from tests.coord.test_planner import NODES, ref, replicated, single
@@ -213,3 +213,24 @@ def test_unavailable_is_persisted_then_announced() -> None:
     assert names(steps) == ["persist-unavailable", "pchannel unavailable: no live node"]
     assert persisted(steps).meta.state == sm.UNAVAILABLE
     assert steps[1].notify_fields == {"node": 1}
+
+
+def test_a_single_copy_that_lost_acknowledged_records_stops_the_move_until_accepted() -> None:
+    before = single("a", node=1, term=2).record
+
+    def lost(step):
+        return (
+            DataLoss("log ends at 10, acknowledged up to 20")
+            if isinstance(step, sagas.Assign)
+            else None
+        )
+
+    steps, result = drive(sagas.reassignment(before, ref(1), "recheck", ref(1), 0, ctx()), lost)
+    assert names(steps) == [
+        "persist-assigning", "assign", "persist-unavailable", "pchannel lost acknowledged records",
+    ]  # fmt: skip
+    assert steps[-1].notify == "data-loss" and persisted(steps).meta.state == sm.UNAVAILABLE
+    assert isinstance(result, sagas.Failed) and "acknowledged up to 20" in result.data_loss
+    accepting = sagas.reassignment(before, ref(1), "accept-data-loss", ref(1), 0, ctx(), True)
+    steps, result = drive(accepting)
+    assert steps[1].accept_data_loss and isinstance(result, sagas.Assigned)

@@ -8,13 +8,16 @@ are skipped wherever the tests count data.
 from __future__ import annotations
 
 import asyncio
+import socket
 import struct
 import time
+import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import grpc
 from grpc import aio
+from prometheus_client.parser import text_string_to_metric_families
 
 from streamwal.client.node_client import ConsumedMessage, Consumer, NodeClient
 from streamwal.client.policy import DeliverPolicy
@@ -229,3 +232,26 @@ class RawConsumer:
             if resp.WhichOneof("response") == "close":
                 break
         await self._channel.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(port: int) -> dict[tuple[str, tuple], float]:
+    """Every sample as {(name, sorted labels): value}."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def sample(samples, name: str, **labels) -> float:
+    key = (name, tuple(sorted(labels.items())))
+    assert key in samples, f"{name}{labels} not exported; have {sorted({k[0] for k in samples})}"
+    return samples[key]

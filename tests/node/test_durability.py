@@ -216,11 +216,16 @@ async def test_terms_and_fences_survive_restart(start_node, pchannel) -> None:
     assert [m.term for m in data] == [3, 3, 3, 4]
 
 
-async def test_corrupt_record_on_disk_is_detected_on_read(start_node, pchannel) -> None:
-    """A flipped bit in a stored record gives the consumer INNER, never wrong data."""
+async def test_corrupt_record_on_disk_refuses_the_pchannel_until_the_loss_is_accepted(
+    start_node, pchannel
+) -> None:
+    """A flipped bit in a stored record of a single copy: the node refuses to serve the
+    pchannel (DATA_LOSS, naming the checksum), keeps serving the others, and serves it
+    again only when told to accept the loss under a new term, above every offset it ever
+    acknowledged: no offset is acknowledged twice."""
     from rocksdict import Options, Rdict
 
-    from streamwal.errors import Inner
+    from streamwal.errors import ChannelNotExist, DataLoss
     from streamwal.node.log_store import log_key
 
     node = start_node("n1")
@@ -246,24 +251,24 @@ async def test_corrupt_record_on_disk_is_detected_on_read(start_node, pchannel) 
     node = start_node("n1")
     async with NodeClient(node.address) as c:
         await c.wait_ready(30)
-        await c.assign(pchannel, 1)
+        with pytest.raises(DataLoss, match="checksum"):
+            await c.assign(pchannel, 1)
         await c.assign("healthy", 1)
-        consumer = await c.consumer(pchannel, 1, DeliverPolicy.all())
-        got = await read_data(consumer, 3)
-        assert [m.offset for m in got] == [r.offset for r in good]
-        with pytest.raises(Inner, match="checksum"):
-            await read_data(consumer, 1)
-        await consumer.close()
         healthy = await c.consumer("healthy", 1, DeliverPolicy.all())
         assert (await read_data(healthy, 1))[0].payload == b"fine"
         await healthy.close()
-        # Consumers starting after the damage read on; the pchannel still appends.
-        after = await c.consumer(pchannel, 1, DeliverPolicy.start_after(bad[-1].offset))
-        producer = await c.producer(pchannel, 1)
+        with pytest.raises(ChannelNotExist, match="not assigned again"):
+            await c.producer(pchannel, 1)  # the refused Assign left it unserved
+        await c.assign(pchannel, 2, accept_data_loss=True)
+        producer = await c.producer(pchannel, 2)
         r = await producer.send(b"later")
-        assert (await read_data(after, 1))[0].offset == r.offset
-        await after.close()
         await producer.close()
+        assert r.offset > bad[-1].offset  # never an offset acknowledged before
+        consumer = await c.consumer(pchannel, 2, DeliverPolicy.all())
+        got = await read_data(consumer, 4)
+        assert [m.offset for m in got] == [*(g.offset for g in good), r.offset]
+        assert got[-1].payload == b"later"
+        await consumer.close()
 
 
 async def test_graceful_stop_under_load_is_prompt_and_loses_nothing(start_node, pchannel) -> None:

@@ -3,38 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
-import urllib.request
-
-from prometheus_client.parser import text_string_to_metric_families
 
 from streamwal.client.node_client import NodeClient
 from streamwal.client.policy import DeliverPolicy
-from tests.node.helpers import read_data
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _scrape(port: int) -> dict[tuple[str, tuple], float]:
-    """Every sample as {(name, sorted labels): value}."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
-        text = resp.read().decode()
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
-
-
-def _value(samples, name: str, **labels) -> float:
-    key = (name, tuple(sorted(labels.items())))
-    assert key in samples, f"{name}{labels} not exported; have {sorted({k[0] for k in samples})}"
-    return samples[key]
+from tests.node.helpers import free_port, read_data, sample, scrape
 
 
 async def _eventually(check, timeout: float = 10.0):
@@ -49,7 +22,7 @@ async def _eventually(check, timeout: float = 10.0):
 
 
 async def test_metrics_after_traffic(start_node, pchannel) -> None:
-    port = _free_port()
+    port = free_port()
     node = start_node("n1", "--metrics", f"127.0.0.1:{port}")
     p = pchannel
     count, size = 3000, 8192
@@ -65,24 +38,24 @@ async def test_metrics_after_traffic(start_node, pchannel) -> None:
         await read_data(follower, count + 1, timeout=30)
 
         def busy() -> None:
-            m = _scrape(port)
-            assert _value(m, "streamwal_appended_messages_total", pchannel=p) >= count + 1
-            assert _value(m, "streamwal_appended_bytes_total", pchannel=p) >= count * size
-            assert _value(m, "streamwal_active_producers", pchannel=p) == 1
-            assert _value(m, "streamwal_active_consumers", pchannel=p) == 2
-            assert _value(m, "streamwal_pchannel_term", pchannel=p) == 2
-            assert _value(m, "streamwal_log_size_bytes", pchannel=p) >= count * size
-            assert _value(m, "streamwal_log_end_offset", pchannel=p) >= count + 1
+            m = scrape(port)
+            assert sample(m, "streamwal_appended_messages_total", pchannel=p) >= count + 1
+            assert sample(m, "streamwal_appended_bytes_total", pchannel=p) >= count * size
+            assert sample(m, "streamwal_active_producers", pchannel=p) == 1
+            assert sample(m, "streamwal_active_consumers", pchannel=p) == 2
+            assert sample(m, "streamwal_pchannel_term", pchannel=p) == 2
+            assert sample(m, "streamwal_log_size_bytes", pchannel=p) >= count * size
+            assert sample(m, "streamwal_log_end_offset", pchannel=p) >= count + 1
             # The stalled consumer is far behind the log end.
-            assert _value(m, "streamwal_consumer_lag_messages", pchannel=p) >= count // 2
-            records = _value(m, "streamwal_append_latency_seconds_count")
+            assert sample(m, "streamwal_consumer_lag_messages", pchannel=p) >= count // 2
+            records = sample(m, "streamwal_append_latency_seconds_count")
             assert records >= count / 100
-            mean = _value(m, "streamwal_append_latency_seconds_sum") / records
+            mean = sample(m, "streamwal_append_latency_seconds_sum") / records
             assert 0 < mean < 1.0
-            assert _value(m, "streamwal_append_latency_seconds_bucket", le="+Inf") == records
-            writes = _value(m, "streamwal_fsync_latency_seconds_count")
+            assert sample(m, "streamwal_append_latency_seconds_bucket", le="+Inf") == records
+            writes = sample(m, "streamwal_fsync_latency_seconds_count")
             assert 1 <= writes <= records  # group commit: never more writes than records
-            assert 0 < _value(m, "streamwal_fsync_latency_seconds_sum") / writes < 1.0
+            assert 0 < sample(m, "streamwal_fsync_latency_seconds_sum") / writes < 1.0
 
         await _eventually(busy)
         await read_data(stalled, count, timeout=60)  # it catches up: lag falls
@@ -91,8 +64,8 @@ async def test_metrics_after_traffic(start_node, pchannel) -> None:
         await read_data(stalled, 1)
 
         def caught_up() -> None:
-            m = _scrape(port)
-            assert _value(m, "streamwal_consumer_lag_messages", pchannel=p) <= 2
+            m = scrape(port)
+            assert sample(m, "streamwal_consumer_lag_messages", pchannel=p) <= 2
 
         await _eventually(caught_up)
         await producer.close()
@@ -100,9 +73,9 @@ async def test_metrics_after_traffic(start_node, pchannel) -> None:
         await follower.close()
 
         def idle() -> None:
-            m = _scrape(port)
-            assert _value(m, "streamwal_active_producers", pchannel=p) == 0
-            assert _value(m, "streamwal_active_consumers", pchannel=p) == 0
+            m = scrape(port)
+            assert sample(m, "streamwal_active_producers", pchannel=p) == 0
+            assert sample(m, "streamwal_active_consumers", pchannel=p) == 0
 
         await _eventually(idle)
 
@@ -110,7 +83,7 @@ async def test_metrics_after_traffic(start_node, pchannel) -> None:
 async def test_idle_producer_state_leaves_memory_and_is_read_again(start_node, pchannel) -> None:
     """A node that sees a new producer id per Spark task would hold every one forever;
     idle states leave memory (the gauge shows it) and still answer a late resend."""
-    port = _free_port()
+    port = free_port()
     node = start_node(
         "n1",
         "--metrics",
@@ -120,7 +93,7 @@ async def test_idle_producer_state_leaves_memory_and_is_read_again(start_node, p
         "--retention-check-interval",
         "100ms",
     )
-    states = lambda: _value(_scrape(port), "streamwal_producer_states", pchannel=pchannel)  # noqa: E731
+    states = lambda: sample(scrape(port), "streamwal_producer_states", pchannel=pchannel)  # noqa: E731
     async with NodeClient(node.address) as client:
         await client.assign(pchannel, 1)
         first = await client.producer(pchannel, 1, producer_id="task-7")

@@ -7,14 +7,14 @@ import json
 
 from streamwal.client.node_client import NodeClient
 from streamwal.client.sync import SyncNodeClient
+from tests.node.helpers import free_port, sample, scrape
 from tests.node.test_cli import run
-from tests.node.test_metrics import _free_port, _scrape, _value
 from tests.replication.helpers import assign_replicas, status
 from tests.support import wait_for
 
 
 async def test_metrics_cli_and_sync_client(start_node, pchannel) -> None:
-    port = _free_port()
+    port = free_port()
     leader = start_node("n1", "--metrics", f"127.0.0.1:{port}", node_id=1)
     nodes = [leader, start_node("n2", node_id=2), start_node("n3", node_id=3)]
     clients = {n.node_id: NodeClient(n.address) for n in nodes}
@@ -37,13 +37,13 @@ async def test_metrics_cli_and_sync_client(start_node, pchannel) -> None:
 
         await wait_for(settled, 15, 0.1, "followers caught up")
         s = await status(clients[1], pchannel)
-        samples = _scrape(port)
-        assert _value(samples, "streamwal_replica_role", pchannel=pchannel, role="leader") == 1
-        assert _value(samples, "streamwal_commit_offset", pchannel=pchannel) > last
+        samples = scrape(port)
+        assert sample(samples, "streamwal_replica_role", pchannel=pchannel, role="leader") == 1
+        assert sample(samples, "streamwal_commit_offset", pchannel=pchannel) > last
         for r in s.replicas:
             labels = {"pchannel": pchannel, "replica": str(r.node_id)}
-            assert _value(samples, "streamwal_replica_acked_offset", **labels) > last
-            assert _value(samples, "streamwal_replica_lag", **labels) < 10  # a tick or two
+            assert sample(samples, "streamwal_replica_acked_offset", **labels) > last
+            assert sample(samples, "streamwal_replica_lag", **labels) < 10  # a tick or two
     finally:
         for c in clients.values():
             await c.close()

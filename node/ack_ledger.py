@@ -1,0 +1,150 @@
+"""The acknowledged-offset ledger: per pchannel, the log end this node has acknowledged.
+
+Why it exists: RocksDB's WAL recovery (point-in-time, the mode WAL recycling needs) stops
+at the first damaged WAL record and drops everything after it without an error. The
+records after a flipped byte were acknowledged, and a node that trusted its recovered
+log end would acknowledge their offsets again to other messages. The ledger lives in its
+own file, outside RocksDB, so the fault that damages the store's WAL or tables cannot
+also lower the ledger: at start-up a log that ends below its ledger mark lost
+acknowledged records (Wal marks the pchannel damaged instead of serving it).
+
+Layout: a memory-mapped file of fixed 256-byte slots, one per pchannel, never moved:
+  u64 mark (big-endian, 8-byte aligned) | u8 name length | name (<= 200 bytes) | u32 crc
+The name and its CRC are written and fsynced once, when the slot is allocated; after
+that only the mark changes, with one aligned 8-byte store into the mapping. A store
+cannot be torn by a process kill, and the mapping is the page cache, so the mark
+survives kill -9 without a system call on the append path. `sync()` (msync) makes it
+survive a power loss too; until then a power loss can only bring back an older, lower
+mark, which weakens the check for a moment but never raises a false alarm, because the
+records a mark covers were durable before the mark was stored.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import zlib
+from pathlib import Path
+
+SLOT = 256
+MAX_NAME = 200
+FILE_NAME = "streamwal-acked"
+_MARK = struct.Struct(">Q")
+_CRC = struct.Struct(">I")
+_GROW_SLOTS = 64  # the file grows by this many slots at a time
+
+
+class LedgerError(Exception):
+    """The ledger file cannot be used (a slot's name fails its checksum, a bad size)."""
+
+
+class AckLedger:
+    """Marks per pchannel name; `advance` is the hot path (no system call)."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.path = Path(directory) / FILE_NAME
+        self.existed = self.path.exists()
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        if not self.existed:
+            _fsync_dir(self.path.parent)
+        size = os.fstat(self._fd).st_size
+        if size % SLOT:
+            raise LedgerError(f"{self.path}: size {size} is not a multiple of {SLOT}")
+        self._map: mmap.mmap | None = None
+        self._capacity = 0
+        self._slots: dict[str, int] = {}
+        self._used = 0
+        if size:
+            self._remap(size // SLOT)
+            self._load()
+
+    def _remap(self, capacity: int) -> None:
+        if self._map is not None:
+            self._map.close()
+        self._map = mmap.mmap(self._fd, capacity * SLOT)
+        self._capacity = capacity
+
+    def _load(self) -> None:
+        assert self._map is not None
+        for i in range(self._capacity):
+            at = i * SLOT
+            length = self._map[at + 8]
+            if length == 0:
+                break  # slots are allocated in order: the first empty one ends the list
+            if length > MAX_NAME:
+                raise LedgerError(f"{self.path}: slot {i} has a name of {length} bytes")
+            raw = bytes(self._map[at + 9 : at + 9 + length])
+            (crc,) = _CRC.unpack_from(self._map, at + 9 + MAX_NAME)
+            if zlib.crc32(raw) != crc:
+                raise LedgerError(f"{self.path}: slot {i}'s name fails its checksum")
+            self._slots[raw.decode()] = at
+            self._used = i + 1
+
+    def names(self) -> list[str]:
+        return list(self._slots)
+
+    def mark(self, name: str) -> int | None:
+        """The acknowledged end of `name`, or None when the ledger never saw it."""
+        at = self._slots.get(name)
+        if at is None:
+            return None
+        assert self._map is not None
+        return _MARK.unpack_from(self._map, at)[0]
+
+    def slot(self, name: str, mark: int = 0) -> int:
+        """The slot of `name`, allocated (durably, with `mark`) when it has none yet."""
+        at = self._slots.get(name)
+        if at is not None:
+            return at
+        raw = name.encode()
+        if not raw or len(raw) > MAX_NAME:
+            raise LedgerError(f"pchannel name of {len(raw)} bytes: 1..{MAX_NAME}")
+        if self._used == self._capacity:
+            os.ftruncate(self._fd, (self._capacity + _GROW_SLOTS) * SLOT)
+            self._remap(self._capacity + _GROW_SLOTS)
+        assert self._map is not None
+        at = self._used * SLOT
+        _MARK.pack_into(self._map, at, mark)
+        self._map[at + 9 : at + 9 + len(raw)] = raw
+        _CRC.pack_into(self._map, at + 9 + MAX_NAME, zlib.crc32(raw))
+        self._map[at + 8] = len(raw)  # last: a name without its length is no slot
+        self._map.flush()
+        os.fsync(self._fd)
+        self._slots[name] = at
+        self._used += 1
+        return at
+
+    def advance(self, at: int, mark: int) -> None:
+        """Raise the mark of slot `at` to `mark` (never lowers it)."""
+        m = self._map
+        assert m is not None
+        if _MARK.unpack_from(m, at)[0] < mark:
+            _MARK.pack_into(m, at, mark)
+
+    def lower(self, at: int, mark: int) -> None:
+        """Set the mark of slot `at` to `mark`, durably, before a log end moves back
+        (a divergent suffix cut, a damaged log rebuilt, data loss accepted)."""
+        assert self._map is not None
+        _MARK.pack_into(self._map, at, mark)
+        self.sync()
+
+    def sync(self) -> None:
+        """Every mark stored so far survives a power loss once this returns."""
+        if self._map is not None:
+            self._map.flush()
+
+    def close(self) -> None:
+        if self._map is not None:
+            self.sync()
+            self._map.close()
+            self._map = None
+        os.close(self._fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
