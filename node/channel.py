@@ -16,9 +16,9 @@ from collections import OrderedDict
 from collections.abc import Coroutine
 from typing import Any
 
+from streamwal.node.channel_meta import ChannelMeta, Tail
 from streamwal.node.clock import HybridClock
 from streamwal.node.fencing import Fence
-from streamwal.node.log_store import ChannelMeta, Tail
 from streamwal.node.producers import ProducerState
 from streamwal.node.replica import LeaderRole, Role
 

@@ -14,10 +14,9 @@ Recovery seeks to the last record of each pchannel instead of scanning the log.
 
 from __future__ import annotations
 
-import json
 import struct
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from rocksdict import (
@@ -32,6 +31,7 @@ from rocksdict import (
 
 from streamwal.errors import DataLoss, Inner, StreamingError
 from streamwal.node import records
+from streamwal.node.channel_meta import ChannelMeta, Tail
 
 _U64 = struct.Struct(">Q")
 _MAX_KEY = b"\xff" * 8
@@ -97,54 +97,6 @@ def _producer_key(name: str, producer_id: str) -> bytes:
 
 def _cursors_key(name: str) -> bytes:
     return b"c" + name.encode()
-
-
-@dataclass
-class ChannelMeta:
-    """What survives a restart of a pchannel besides its records."""
-
-    term: int = 0
-    serving: bool = False
-    history: list[tuple[int, int]] = field(default_factory=list)  # (term, first offset)
-    retention_age_ms: int = 0  # 0: keep forever
-    retention_bytes: int = 0  # 0: no size limit
-    # The term last assigned here; below `term` when a higher term was only fenced.
-    assigned_term: int = 0
-
-    def to_bytes(self) -> bytes:
-        return json.dumps(
-            {
-                "term": self.term,
-                "assigned_term": self.assigned_term,
-                "serving": self.serving,
-                "history": self.history,
-                "retention_age_ms": self.retention_age_ms,
-                "retention_bytes": self.retention_bytes,
-            }
-        ).encode()
-
-    @staticmethod
-    def from_bytes(raw: bytes) -> ChannelMeta:
-        d = json.loads(raw)
-        return ChannelMeta(
-            term=d["term"],
-            serving=d["serving"],
-            history=[tuple(h) for h in d["history"]],
-            retention_age_ms=d.get("retention_age_ms", 0),
-            retention_bytes=d.get("retention_bytes", 0),
-            assigned_term=d.get("assigned_term", d["term"]),
-        )
-
-
-@dataclass(frozen=True)
-class Tail:
-    """Where a pchannel's log ends and begins, found by two seeks."""
-
-    first_offset: int
-    next_offset: int
-    last_tick: int
-    size_bytes: int
-    last_term: int = 0  # term of the newest record
 
 
 def _low_priority_compaction_env() -> Env:

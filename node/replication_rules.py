@@ -65,14 +65,20 @@ class Rejected(Exception):
 
 
 def check_entry(
-    follow_term: int, accepted_term: int, entry_term: int, entry_offset: int, log_end: int
+    follow_term: int,
+    accepted_term: int,
+    entry_term: int,
+    entry_offset: int | None = None,
+    log_end: int = 0,
 ) -> None:
-    """Raises Rejected unless a record entry may be appended at the follower's `log_end`."""
+    """Raises Rejected unless an entry may be applied: it comes from the term followed,
+    not below the accepted one, and a record entry (`entry_offset` given) continues the
+    follower's log at `log_end`. Every entry passes here (cuts and commit updates too)."""
     if entry_term < accepted_term:
         raise Rejected(f"entry from term {entry_term} below the accepted term {accepted_term}")
     if entry_term != follow_term:
         raise Rejected(f"entry from term {entry_term}, following term {follow_term}")
-    if entry_offset != log_end:
+    if entry_offset is not None and entry_offset != log_end:
         raise Rejected(f"entry at offset {entry_offset}, log ends at {log_end}")
 
 

@@ -26,12 +26,13 @@ from streamwal.message import PROP_TYPE, MsgType
 from streamwal.node import peer, records, salvage
 from streamwal.node.ack_ledger import AckLedger
 from streamwal.node.channel import Channel
+from streamwal.node.channel_meta import ChannelMeta
 from streamwal.node.clock import BarrierTooFar
 from streamwal.node.config import NodeConfig
 from streamwal.node.divergence import cut_history, extend_history, log_divergence
 from streamwal.node.fencing import AssignOutcome, check_access, decide_assign, decide_remove
 from streamwal.node.group_commit import GroupCommitter
-from streamwal.node.log_store import ChannelMeta, LogStore, StoreCorruption, log_key
+from streamwal.node.log_store import LogStore, StoreCorruption, log_key
 from streamwal.node.metrics import ChannelState, NodeMetrics
 from streamwal.node.producers import (
     BatchResult,

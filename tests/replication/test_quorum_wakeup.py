@@ -7,7 +7,7 @@ import asyncio
 import time
 
 from streamwal.node.channel import Channel
-from streamwal.node.log_store import ChannelMeta, Tail
+from streamwal.node.channel_meta import ChannelMeta, Tail
 from tests.replication.helpers import assign_replicas
 
 SENDS = 300
