@@ -780,8 +780,7 @@ class PChannelCore:
         commit = self.known_commit
         changed = False
         for e in entries:
-            record_offset = e.offset if e.record else None
-            rules.check_entry(role.term, self.meta.term, e.term, record_offset, self.committed_next)
+            rules.check_entry(role.term, self.meta.term, e.term)  # every entry: cuts, commits
             if e.truncate_from is not None:
                 rules.check_truncate(e.truncate_from, self.committed_next)
                 if stored:
@@ -791,6 +790,7 @@ class PChannelCore:
                 commit = min(commit, e.truncate_from)
                 changed = True
             if e.record:
+                rules.check_entry(role.term, self.meta.term, e.term, e.offset, self.committed_next)
                 _, window = self.copy(e.offset, e.record)
                 if window is not None:
                     windows[window[0]] = window[1]

@@ -323,8 +323,7 @@ class Replication:
         commit = ch.known_commit
         changed = False
         for e in entries:
-            if e.term < ch.meta.term or e.term != role.term:
-                raise rules.Rejected(f"entry from term {e.term}, following term {role.term}")
+            rules.check_entry(role.term, ch.meta.term, e.term)  # every entry: cuts, commits
             if e.HasField("truncate_from"):
                 rules.check_truncate(e.truncate_from, ch.committed_next)
                 if e.truncate_from < ch.known_commit:
