@@ -162,44 +162,22 @@ def _copy_task(task: bpb.BroadcastTask) -> bpb.BroadcastTask:
     return out
 
 
-class LocalMetaStore(MetaStore):
-    """A directory owned by one coord process (enforced with flock)."""
+class MemoryMetaStore(MetaStore):
+    """The store's rules in memory: versions, compare-and-put, copies in and out.
 
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
-        self.dir = Path(directory)
-        self._channels_dir = self.dir / "channels"
-        self._channels_dir.mkdir(parents=True, exist_ok=True)
-        self._broadcasts_dir = self.dir / "broadcasts"
-        self._broadcasts_dir.mkdir(exist_ok=True)
-        self._lock_fd = os.open(self.dir / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self._lock_fd)
-            raise MetaStoreBusy(f"another coord is using the meta store {self.dir}") from None
+    `LocalMetaStore` adds the files (each put durable before it returns); the simulator
+    and tests that need no disk use it as it is (a coord "crash" keeps it: every put that
+    returned is there, as with the files)."""
+
+    def __init__(self) -> None:
         self._mutex = asyncio.Lock()
         self._channels: dict[str, tuple[cpb.ChannelRecord, int]] = {}
         self._cluster: tuple[cpb.ClusterRecord, int] | None = None
         self._broadcasts: dict[int, tuple[bpb.BroadcastTask, int]] = {}
-        self._load()
 
-    def _load(self) -> None:
-        for stale in self._channels_dir.glob(".*.tmp"):
-            stale.unlink()
-        for path in self._channels_dir.glob("*.rec"):
-            version, payload = _decode(path, path.read_bytes())
-            record = cpb.ChannelRecord.FromString(payload)
-            self._channels[record.meta.channel.name] = (record, version)
-        for stale in self._broadcasts_dir.glob(".*.tmp"):
-            stale.unlink()
-        for path in self._broadcasts_dir.glob("*.rec"):
-            version, payload = _decode(path, path.read_bytes())
-            task = bpb.BroadcastTask.FromString(payload)
-            self._broadcasts[task.broadcast_id] = (task, version)
-        cluster = self.dir / "cluster.rec"
-        if cluster.exists():
-            version, payload = _decode(cluster, cluster.read_bytes())
-            self._cluster = (cpb.ClusterRecord.FromString(payload), version)
+    async def _persist(self, kind: str, key: str, data: bytes | None) -> None:
+        """Make a put (`data`: the encoded record) or a delete (None) durable; nothing to
+        do in memory."""
 
     @staticmethod
     def _copy(record: cpb.ChannelRecord) -> cpb.ChannelRecord:
@@ -224,8 +202,7 @@ class LocalMetaStore(MetaStore):
             if current != expected:
                 raise VersionConflict(f"{name}: stored version {current}, expected {expected}")
             version = (found[1] if found else 0) + 1
-            data = _encode(version, record.SerializeToString())
-            await asyncio.to_thread(_write_atomic, self._channels_dir / f"{name}.rec", data)
+            await self._persist("channels", name, _encode(version, record.SerializeToString()))
             self._channels[name] = (self._copy(record), version)
             return Stored(self._copy(record), str(version))
 
@@ -242,8 +219,7 @@ class LocalMetaStore(MetaStore):
             if current != expected:
                 raise VersionConflict(f"cluster: stored version {current}, expected {expected}")
             version = (self._cluster[1] if self._cluster else 0) + 1
-            data = _encode(version, record.SerializeToString())
-            await asyncio.to_thread(_write_atomic, self.dir / "cluster.rec", data)
+            await self._persist("", "cluster", _encode(version, record.SerializeToString()))
             copy = cpb.ClusterRecord()
             copy.CopyFrom(record)
             self._cluster = (copy, version)
@@ -267,17 +243,58 @@ class LocalMetaStore(MetaStore):
                     f"broadcast {bid}: stored version {current}, expected {expected}"
                 )
             version = (found[1] if found else 0) + 1
-            data = _encode(version, task.SerializeToString())
-            await asyncio.to_thread(_write_atomic, self._broadcasts_dir / f"{bid}.rec", data)
+            await self._persist("broadcasts", str(bid), _encode(version, task.SerializeToString()))
             self._broadcasts[bid] = (_copy_task(task), version)
             return StoredBroadcast(_copy_task(task), str(version))
 
     async def delete_broadcast(self, broadcast_id: int) -> None:
         async with self._mutex:
             if self._broadcasts.pop(broadcast_id, None) is not None:
-                await asyncio.to_thread(
-                    _unlink_durably, self._broadcasts_dir / f"{broadcast_id}.rec"
-                )
+                await self._persist("broadcasts", str(broadcast_id), None)
+
+
+class LocalMetaStore(MemoryMetaStore):
+    """A directory owned by one coord process (enforced with flock)."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        super().__init__()
+        self.dir = Path(directory)
+        self._channels_dir = self.dir / "channels"
+        self._channels_dir.mkdir(parents=True, exist_ok=True)
+        self._broadcasts_dir = self.dir / "broadcasts"
+        self._broadcasts_dir.mkdir(exist_ok=True)
+        self._lock_fd = os.open(self.dir / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            raise MetaStoreBusy(f"another coord is using the meta store {self.dir}") from None
+        self._load()
+
+    def _load(self) -> None:
+        for stale in self._channels_dir.glob(".*.tmp"):
+            stale.unlink()
+        for path in self._channels_dir.glob("*.rec"):
+            version, payload = _decode(path, path.read_bytes())
+            record = cpb.ChannelRecord.FromString(payload)
+            self._channels[record.meta.channel.name] = (record, version)
+        for stale in self._broadcasts_dir.glob(".*.tmp"):
+            stale.unlink()
+        for path in self._broadcasts_dir.glob("*.rec"):
+            version, payload = _decode(path, path.read_bytes())
+            task = bpb.BroadcastTask.FromString(payload)
+            self._broadcasts[task.broadcast_id] = (task, version)
+        cluster = self.dir / "cluster.rec"
+        if cluster.exists():
+            version, payload = _decode(cluster, cluster.read_bytes())
+            self._cluster = (cpb.ClusterRecord.FromString(payload), version)
+
+    async def _persist(self, kind: str, key: str, data: bytes | None) -> None:
+        path = (self.dir / kind if kind else self.dir) / f"{key}.rec"
+        if data is None:
+            await asyncio.to_thread(_unlink_durably, path)
+        else:
+            await asyncio.to_thread(_write_atomic, path, data)
 
     async def close(self) -> None:
         if self._lock_fd >= 0:

@@ -149,6 +149,20 @@ def next_step(
     return Rejoin(back) if back else None
 
 
+def readmit(members: Sequence[int], leader: int, stable: Collection[int]) -> tuple[int, ...] | None:
+    """The new set with `leader` (a voter the change was replacing, holding the most
+    complete log) back in place of a member being added (one not in the `stable` set the
+    change started from): the last such one. None when no member is being added."""
+    if leader in members:
+        return tuple(members)
+    added = [i for i, n in enumerate(members) if n not in set(stable)]
+    if not added:
+        return None
+    out = list(members)
+    out[added[-1]] = leader
+    return tuple(out)
+
+
 def joint_complete(
     members: Collection[int], leader: int, joint_until: int, acked: Mapping[int, int]
 ) -> bool:

@@ -362,12 +362,36 @@ def term_change(
     fenced = tuple(ctx.ref(n, before) for n in sorted(targets) if n in ctx.alive)
     reports: list[lc.FenceReport] = yield Fence(fenced, name, term, ctx.timeouts.fence)
     leaders = ctx.leaders
-    choice = lc.choose_leader(
-        {r.node: r for r in reports},
-        [v for v in voters if v] or [members],
-        candidates=[n for n in members if n in ctx.alive],
-        rank=lambda n: (n in ctx.drained, n != old_leader, leaders.get(n, 0), n),
-    )
+    voting = [v for v in voters if v] or [members]
+    answers = {r.node: r for r in reports}
+
+    def choose(candidates: list[int]) -> lc.Choice | lc.NoChoice:
+        return lc.choose_leader(
+            answers,
+            voting,
+            candidates=candidates,
+            rank=lambda n: (n in ctx.drained, n != old_leader, leaders.get(n, 0), n),
+        )
+
+    choice = choose([n for n in members if n in ctx.alive])
+    if isinstance(choice, lc.NoChoice):
+        # The most complete log may be on a voter this change was replacing (lost when
+        # the change began, back now): it leads, in place of a member being added, or
+        # the pchannel would wait for ever (every attempt another term, issue 24).
+        wider = choose(sorted({n for v in voting for n in v if n in ctx.alive}))
+        revised = (
+            rs.readmit(members, wider.leader, voting) if isinstance(wider, lc.Choice) else None
+        )
+        if revised is not None:
+            yield Announce(
+                logging.INFO,
+                "most complete log on a replaced member: it stays and leads",
+                {"pchannel": name, "term": term, "node": wider.leader, "members": list(revised)},
+            )
+            choice, members = wider, revised
+            new_refs = [ctx.ref(n, before) for n in members]
+            del record.members[:]
+            record.members.extend(r.to_proto() for r in new_refs)
     if isinstance(choice, lc.NoChoice):
         yield Announce(
             logging.WARNING,

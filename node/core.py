@@ -56,6 +56,7 @@ from streamwal.node.fencing import (
     decide_remove,
 )
 from streamwal.node.producers import BatchResult, Duplicate, ProducerState, check_sequence
+from streamwal.proto import streaming_pb2 as pb
 
 # ----------------------------------------------------------------- roles
 
@@ -188,14 +189,31 @@ class Truncate:
 
 
 @dataclass(frozen=True)
+class Staged:
+    """What the state was before copied records were applied (see `Store`)."""
+
+    first_offset: int
+    next_offset: int
+    committed_next: int
+    size_bytes: int
+    last_term: int
+    history: list[tuple[int, int]]
+    commit: int | None
+    end: int  # the log end the copies brought
+
+
+@dataclass(frozen=True)
 class Store:
     """Step: write copied records with `meta`, the size and commit, synced; the outcome
-    is None once durable (then the follower acknowledges)."""
+    is None once durable (then the follower acknowledges). If the write fails, the
+    driver calls `unstore(staged)` -- whoever was waiting for it, also when the stream
+    that asked for it was stopped meanwhile (a fence settles the write, not its result)."""
 
     records: tuple[tuple[int, bytes], ...]
     meta: ChannelMeta
     windows: tuple[tuple[str, bytes], ...]  # producer id -> window as persisted
     commit: int | None
+    staged: Staged | None = None
 
 
 Effect = (
@@ -348,6 +366,34 @@ class PChannelCore:
     @property
     def drained(self) -> bool:
         return self.committed_next >= self.next_offset
+
+    @property
+    def reported(self) -> bool:
+        """Whether CollectStatus reports it: served here (assigned, not recovering)."""
+        return self.meta.serving and not self.recovering and self.fence.assigned
+
+    def status(self) -> pb.PChannelStatus:
+        """What CollectStatus says of the pchannel (the driver adds its connections)."""
+        role = self.role
+        out = pb.PChannelStatus(
+            pchannel=pb.PChannelInfo(name=self.name, term=self.term),
+            first_offset=self.first_offset,
+            next_offset=self.committed_next,
+            last_time_tick=self.clock.last,
+            size_bytes=self.size_bytes,
+            data_loss=self.damage,
+            role=pb.REPLICA_ROLE_FOLLOWER
+            if isinstance(role, Following)
+            else pb.REPLICA_ROLE_LEADER,
+            last_term=self.last_term,
+            commit_offset=self.known_commit,
+        )
+        if isinstance(role, Leading):
+            for node in role.follower_ids(self.node_id):
+                acked = role.acked.get(node, 0)
+                lag = max(0, self.committed_next - acked)
+                out.replicas.append(pb.ReplicaProgress(node_id=node, acked_offset=acked, lag=lag))
+        return out
 
     def check(self) -> None:
         """The invariants every input keeps (TigerBeetle's rule: assert, do not hope)."""
@@ -714,9 +760,54 @@ class PChannelCore:
         self.last_term = last_term
         self.check()
 
-    def copy(self, base: int, value: bytes) -> tuple[bool, tuple[str, bytes] | None]:
-        """A record copied from another node (catch-up, replication) at `base`: returns
-        whether the meta changed (its history) and the producer window to persist."""
+    def store(self, got: Sequence[tuple[int, bytes]], commit: int | None = None) -> Steps:
+        """Records copied from another node (catch-up, replication), in offset order:
+        the state follows them and one synced write (`Store`) makes them durable; a
+        failed write is undone by `unstore` (the step raises)."""
+        before = (
+            self.first_offset,
+            self.next_offset,
+            self.committed_next,
+            self.size_bytes,
+            self.last_term,
+            self.meta.history,
+            self.commit,
+        )
+        windows: dict[str, bytes] = {}
+        for base, value in got:
+            window = self._copy(base, value)
+            if window is not None:
+                windows[window[0]] = window[1]
+        if commit is not None:
+            self.commit = self._high_commit = max(
+                self._high_commit, min(commit, self.committed_next)
+            )
+        staged = Staged(*before, end=self.committed_next)
+        yield Store(tuple(got), self.meta, tuple(windows.items()), self.commit, staged)
+        self.ledger_mark = max(self.ledger_mark, self.committed_next)
+        yield MarkDurable(self.committed_next)  # before anyone is told
+        self.check()
+
+    def unstore(self, staged: Staged) -> None:
+        """A write of copied records failed: the state goes back to what is durable, or
+        the log end would claim records the disk lacks (and the next copy would leave a
+        hole). Only the log goes back: a fence or an assign may have moved the term
+        meanwhile, and terms never go back."""
+        if self.committed_next != staged.end:
+            return  # the log moved on (cut, copied again): nothing of this write is shown
+        self.first_offset = staged.first_offset
+        self.next_offset = staged.next_offset
+        self.committed_next = staged.committed_next
+        self.size_bytes = staged.size_bytes
+        self.last_term = staged.last_term
+        self.meta = replace(self.meta, history=staged.history)
+        if self.commit is not None:
+            self.commit = self._high_commit = min(self.commit, self.committed_next)
+        self.producers.clear()  # read again from what the store holds
+        self.check()
+
+    def _copy(self, base: int, value: bytes) -> tuple[str, bytes] | None:
+        """One copied record into the state; returns the producer window to persist."""
         rec = records.decode(value, f"{self.name}@{base}")
         history = extend_history(self.meta.history, rec.term, base)
         if history is not None:
@@ -734,7 +825,7 @@ class PChannelCore:
         self.last_term = rec.term
         self.clock.observe(rec.last_tick)
         self.check()
-        return history is not None, window
+        return window
 
     # ----------------------------------------------------------------- replication
 
@@ -775,34 +866,31 @@ class PChannelCore:
         role = self.role
         if not isinstance(role, Following):
             raise rules.Rejected(f"{self.name!r}: not a follower here")
-        stored: list[tuple[int, bytes]] = []
-        windows: dict[str, bytes] = {}
+        got: list[tuple[int, bytes]] = []
         commit = self.known_commit
         changed = False
+        end = self.committed_next
         for e in entries:
             rules.check_entry(role.term, self.meta.term, e.term)  # every entry: cuts, commits
             if e.truncate_from is not None:
-                rules.check_truncate(e.truncate_from, self.committed_next)
-                if stored:
-                    yield Store(tuple(stored), self.meta, tuple(windows.items()), self.commit)
-                    stored, windows = [], {}
+                rules.check_truncate(e.truncate_from, end)
+                if got:
+                    yield from self.store(got)
+                    got = []
                 yield from self.truncate(e.truncate_from)
                 commit = min(commit, e.truncate_from)
+                end = self.committed_next
                 changed = True
             if e.record:
-                rules.check_entry(role.term, self.meta.term, e.term, e.offset, self.committed_next)
-                _, window = self.copy(e.offset, e.record)
-                if window is not None:
-                    windows[window[0]] = window[1]
-                stored.append((e.offset, e.record))
+                rules.check_entry(role.term, self.meta.term, e.term, e.offset, end)
+                got.append((e.offset, e.record))
+                end = e.offset + records.peek(e.record)[2]
                 changed = True
             commit = max(commit, e.commit_offset)
-        self.commit = max(self._high_commit, min(commit, self.committed_next))
-        self._high_commit = self.commit
         if changed:
-            yield Store(tuple(stored), self.meta, tuple(windows.items()), self.commit)
-            self.ledger_mark = max(self.ledger_mark, self.committed_next)
-            yield MarkDurable(self.committed_next)  # before the ack
+            yield from self.store(got, commit)
+        else:
+            self.commit = self._high_commit = max(self._high_commit, min(commit, end))
         yield Notify()
         self.check()
         return changed

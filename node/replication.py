@@ -345,7 +345,7 @@ class Replication:
             return False
         store.put_size(wb, ch.name, ch.size_bytes)
         store.put_commit(wb, ch.name, ch.commit)
-        write = asyncio.get_running_loop().run_in_executor(None, store.write_synced, wb)
+        write = wal.write_copied(ch, wb)
         role.writing = write  # a Fence waits for it: the log end it reports must be on disk
         await asyncio.shield(write)
         wal.mark_durable(ch)  # before the ack

@@ -413,7 +413,6 @@ class Wal:
 
     async def _copy(self, ch: Channel, stream, source: str) -> int:
         """Write every fetched record verbatim (checksum verified), in synced chunks."""
-        loop = asyncio.get_running_loop()
         copied, wb, pending = 0, self.store.new_batch(), 0
         async for resp in stream:
             where = f"{ch.name}@{resp.base_offset} from {source}"
@@ -423,13 +422,50 @@ class Wal:
             pending += len(resp.record)
             if pending >= 8 * 1024 * 1024:
                 self.store.put_size(wb, ch.name, ch.size_bytes)
-                await loop.run_in_executor(None, self.store.write_synced, wb)
+                await self.write_copied(ch, wb)
                 self.mark_durable(ch)
                 wb, pending = self.store.new_batch(), 0
         self.store.put_size(wb, ch.name, ch.size_bytes)
-        await loop.run_in_executor(None, self.store.write_synced, wb)
+        await self.write_copied(ch, wb)
         self.mark_durable(ch)
         return copied
+
+    def write_copied(self, ch: Channel, wb) -> asyncio.Future:
+        """Write copied records (applied to `ch` already), synced, in a worker thread. If
+        the write fails, `ch` goes back to what the store holds -- also when nobody waits
+        for the write any more (a fenced follower's stream): otherwise its log end would
+        claim records the disk lacks and the next copy would leave a hole there (found by
+        the simulator, streamwal.testing.sim)."""
+        write = asyncio.get_running_loop().run_in_executor(None, self.store.write_synced, wb)
+
+        def done(f: asyncio.Future) -> None:
+            if not f.cancelled() and f.exception() is not None:
+                self.rewind_to_store(ch, f.exception())
+
+        write.add_done_callback(done)
+        return write
+
+    def rewind_to_store(self, ch: Channel, error: BaseException | None) -> None:
+        """`ch`'s log end, size, last term and history as the store holds them (its term
+        stays: a fence may have raised it meanwhile, and terms never go back)."""
+        tail = self.store.tail(ch.name)
+        stored = self.store.load_meta(ch.name)
+        history = list(stored.history) if stored is not None else []
+        end = max([tail.next_offset, *(first for _, first in history)])
+        log.error(
+            "write of copied records failed: the log goes back to what is durable",
+            extra={"pchannel": ch.name, "from": ch.committed_next, "to": end, "error": repr(error)},
+        )
+        ch.meta = replace(ch.meta, history=history)
+        ch.next_offset = ch.committed_next = end
+        ch.first_offset = tail.first_offset
+        ch.size_bytes = tail.size_bytes
+        ch.last_term = tail.last_term
+        if ch.commit is not None:
+            ch.commit = min(ch.commit, end)
+        ch.drop_cache_after(end)
+        ch.producer_states.clear()
+        ch.notify()
 
     def apply_copied(self, ch: Channel, wb, base: int, value: bytes, rec: records.Record) -> None:
         """Add a record copied from another node to `wb`, with the producer window and the

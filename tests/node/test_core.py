@@ -311,3 +311,15 @@ def test_effects_of_a_leader_losing_its_role_fail_quorum_waiters_once() -> None:
     assert [type(e) for e in effects][:1] == [Fail] and effects[0].tokens == ("x",)
     assert not any(isinstance(e, StopFollowing) for e in effects)
     assert isinstance(effects[-1], PersistMeta) and not isinstance(effects[-1], Store)
+
+
+def test_a_failed_write_of_copied_records_takes_the_log_back_not_the_term() -> None:
+    f = core(ChannelMeta(term=3, serving=True, assigned_term=3, history=[(1, 0)]), end=4)
+    run(f.assign(3, FOLLOW_B))
+    steps = f.apply([Entry(3, 4, records.encode(3, 9, 2, b"", producer=("p", 7)))])
+    store = next(steps)
+    assert isinstance(store, Store) and f.committed_next == 6 and f.meta.history[-1] == (3, 4)
+    run(f.fence_term(5))  # a fence moved the term while the write was in flight
+    f.unstore(store.staged)  # the write failed
+    assert (f.committed_next, f.next_offset, f.meta.history, f.term) == (4, 4, [(1, 0)], 5)
+    assert f.producers == {} and f.commit == 4
