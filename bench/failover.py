@@ -89,7 +89,7 @@ async def failover_windows(
 ) -> dict:
     """Kill the leader `kills` times; the unavailability windows and how they were made."""
     from streamwal.client.wal import connect
-    from streamwal.coord.local_cluster import LocalCluster
+    from streamwal.testing.local_cluster import LocalCluster
     from streamwal.testing.replica_logs import read_replicas
 
     cluster = LocalCluster(

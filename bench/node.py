@@ -30,7 +30,7 @@ import click
 from streamwal.client import encoding
 from streamwal.client.node_client import NodeClient, replica_set
 from streamwal.client.policy import DeliverPolicy
-from streamwal.node.local import LocalNode
+from streamwal.testing.local_node import LocalNode
 
 PCHANNEL = "bench-0"
 BATCH = 4096  # messages per produce frame (about 0.5 MiB of 128-byte payloads)

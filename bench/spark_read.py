@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from streamwal.node.local import LocalNode
+from streamwal.testing.local_node import LocalNode
 
 
 @click.command("spark")

@@ -33,7 +33,7 @@ class LazyGroup(click.Group):
 @click.group(
     cls=LazyGroup,
     lazy={
-        "dev": "streamwal.coord.dev:dev",
+        "dev": "streamwal.testing.dev:dev",
         "node": "streamwal.node.cli:node",
         "produce": "streamwal.client.cli:produce",
         "consume": "streamwal.client.cli:consume",

@@ -8,7 +8,10 @@ them back with the generated classes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from streamwal.ids import encode_offset
+from streamwal.message import PROP_TYPE, PROP_VCHANNEL
 
 # Numbers encode 14 bits per table lookup: lengths and counts take one, a time tick
 # (about 2**50) four instead of eight rounds of bit twiddling.
@@ -47,3 +50,36 @@ def produce_batch_answer(
     if request_id:
         inner = b"\x08" + varint(request_id) + inner
     return b"R" + varint(len(inner)) + inner
+
+
+def _field_bytes(tag: bytes, value: bytes) -> bytes:
+    return tag + varint(len(value)) + value
+
+
+def encode_properties(props: Mapping[str, str]) -> bytes:
+    """The `properties` map field (2) of a Message, in key order for stable bytes."""
+    out = []
+    for key in sorted(props):
+        entry = _field_bytes(b"\n", key.encode()) + _field_bytes(b"\x12", str(props[key]).encode())
+        out.append(_field_bytes(b"\x12", entry))
+    return b"".join(out)
+
+
+def message_properties(
+    vchannel: str | None, msg_type: int | None, properties: Mapping[str, str] | None
+) -> dict[str, str]:
+    props = dict(properties or {})
+    for key in props:
+        if key.startswith("_") and key not in (PROP_VCHANNEL, PROP_TYPE):
+            raise ValueError(f"property key {key!r}: keys starting with '_' are reserved")
+    if vchannel is not None:
+        props[PROP_VCHANNEL] = vchannel
+    if msg_type is not None:
+        props[PROP_TYPE] = str(int(msg_type))
+    return props
+
+
+def encode_entry(payload: bytes, props_blob: bytes = b"") -> bytes:
+    """One element of MessageBatch.messages (field 1), properties already encoded."""
+    msg = (b"\n" + varint(len(payload)) + payload if payload else b"") + props_blob
+    return b"\n" + varint(len(msg)) + msg

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from streamwal.client.encoding import message_properties
 from streamwal.errors import InvalidArgument
 from streamwal.ids import encode_offset
 from streamwal.message import PROP_BROADCAST_ID, PROP_VCHANNEL, ResourceKey
 from streamwal.proto import broadcast_pb2 as bpb
 from streamwal.proto import streaming_pb2 as pb
+from streamwal.protowire import message_properties
 
 PENDING = bpb.BROADCAST_TASK_STATE_PENDING
 DONE = bpb.BROADCAST_TASK_STATE_DONE

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge
 
-from streamwal.client.encoding import encode_entry, encode_properties
 from streamwal.client.node_client import NodeClient
 from streamwal.coord import broadcast_task as bt
 from streamwal.coord import state_machine as sm
@@ -42,6 +41,7 @@ from streamwal.errors import (
 )
 from streamwal.message import ResourceKey, pchannel_of
 from streamwal.proto import broadcast_pb2 as bpb
+from streamwal.protowire import encode_entry, encode_properties
 from streamwal.tasks import cancel_and_wait
 
 if TYPE_CHECKING:

@@ -20,16 +20,19 @@ Each job is a saga of steps (`sagas`); nothing here waits, reads a clock or call
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from streamwal.coord import balancer
 from streamwal.coord import replica_set as rs
 from streamwal.coord import state_machine as sm
 from streamwal.coord.memory import Memory, NodeReport
-from streamwal.coord.meta_store import Stored
 from streamwal.proto import coord_pb2 as cpb
 from streamwal.proto import streaming_pb2 as pb
+
+if TYPE_CHECKING:
+    from streamwal.coord.meta_store import Stored  # (the store itself does I/O)
 
 LEADER = pb.ReplicaRole.REPLICA_ROLE_LEADER
 FOLLOWER = pb.ReplicaRole.REPLICA_ROLE_FOLLOWER
@@ -170,7 +173,7 @@ def plan(snapshot: Snapshot, seen: Observations, now: float) -> Plan:
 def _single(
     snapshot: Snapshot,
     seen: Observations,
-    alive: set[int],
+    alive: Collection[int],
     single: Mapping[str, Stored],
     metas: Mapping[str, pb.PChannelMeta],
 ) -> tuple[list[Job], dict[str, int | None]]:
@@ -225,7 +228,7 @@ def _single(
 def _replicated(
     snapshot: Snapshot,
     seen: Observations,
-    alive: set[int],
+    alive: Collection[int],
     replicated: Mapping[str, Stored],
     now: float,
 ) -> list[Job]:

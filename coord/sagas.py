@@ -262,7 +262,7 @@ def reassignment(
                 yield _assign_failed(name, action.node.server_id, action.term, str(error))
                 return Failed(action.node.server_id)
             if plan.unclean:
-                fields = {
+                unclean = {
                     "pchannel": name,
                     "old_node": holder.server_id if holder else None,
                     "new_node": action.node.server_id,
@@ -270,7 +270,7 @@ def reassignment(
                     "min_next_offset": plan.min_next_offset,
                     "stranded": "records the lost node acknowledged at or after min_next_offset",
                 }
-                yield Announce(logging.WARNING, "unclean failover", fields, "unclean-failover")
+                yield Announce(logging.WARNING, "unclean failover", unclean, "unclean-failover")
         else:
             record.meta.CopyFrom(action.meta)
             yield Persist(_copy(record), sm.Step.PERSIST_ASSIGNED)
@@ -379,10 +379,11 @@ def term_change(
         # the change began, back now): it leads, in place of a member being added, or
         # the pchannel would wait for ever (every attempt another term, issue 24).
         wider = choose(sorted({n for v in voting for n in v if n in ctx.alive}))
+        stable = [m.server_id for m in previous] or old_members  # the set it started from
         revised = (
-            rs.readmit(members, wider.leader, voting) if isinstance(wider, lc.Choice) else None
+            rs.readmit(members, wider.leader, stable) if isinstance(wider, lc.Choice) else None
         )
-        if revised is not None:
+        if revised is not None and isinstance(wider, lc.Choice):
             yield Announce(
                 logging.INFO,
                 "most complete log on a replaced member: it stays and leads",

@@ -202,7 +202,7 @@ def _push_history(meta: pb.PChannelMeta, term: int, node: NodeRef) -> None:
 def stale_channels(
     node_id: int,
     served: Iterable[pb.PChannelInfo],
-    metas: dict[str, pb.PChannelMeta],
+    metas: Mapping[str, pb.PChannelMeta],
     members: Mapping[str, Collection[int]] | None = None,
 ) -> list[pb.PChannelInfo]:
     """Channels a node serves that it must not: unknown, another owner, or an older term.
@@ -226,7 +226,7 @@ def stale_channels(
 
 
 def missing_channels(
-    node_id: int, served: Iterable[pb.PChannelInfo], metas: dict[str, pb.PChannelMeta]
+    node_id: int, served: Iterable[pb.PChannelInfo], metas: Mapping[str, pb.PChannelMeta]
 ) -> list[str]:
     """ASSIGNED channels of `node_id` that the node does not report at their term."""
     have = {(i.name, i.term) for i in served}

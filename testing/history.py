@@ -228,8 +228,8 @@ def _check_agreement(copies: list[Log], verdict: Verdict) -> None:
 
 def _check_copy(log: Log, acked: list[Acked], seen: list[tuple[int, bytes]], v: Verdict) -> None:
     if log.dense:
-        for want, got in log.gaps:
-            v.add("gap", f"{log.source}: record at {got}, expected {want}")
+        for expected, found in log.gaps:
+            v.add("gap", f"{log.source}: record at {found}, expected {expected}")
     last_term, last_at = 0, 0
     for offset in sorted(log.terms):
         term = log.terms[offset]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest_asyncio
 
-from streamwal.coord.local_cluster import LocalCluster
+from streamwal.testing.local_cluster import LocalCluster
 from tests.routing.conftest import make_cluster  # noqa: F401  (a test's own cluster)
 
 

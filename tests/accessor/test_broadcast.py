@@ -16,7 +16,6 @@ import pytest
 from streamwal.client.broadcast import BroadcastClient, SyncBroadcastClient
 from streamwal.client.wal import connect
 from streamwal.coord import state_machine as sm
-from streamwal.coord.local_cluster import LocalCluster, free_port
 from streamwal.errors import (
     BroadcastNotFound,
     ChannelNotExist,
@@ -24,6 +23,7 @@ from streamwal.errors import (
     ResourceKeyConflict,
 )
 from streamwal.message import PROP_BROADCAST_ID, ResourceKey
+from streamwal.testing.local_cluster import LocalCluster, free_port
 from tests.support import wait_for
 
 KEY = ResourceKey("collection", "c1")

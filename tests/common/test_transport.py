@@ -6,7 +6,7 @@ import asyncio
 import time
 
 from streamwal.client.node_client import NodeClient
-from streamwal.node.local import LocalNode
+from streamwal.testing.local_node import LocalNode
 from streamwal.transport import CONNECT_TIMEOUT_MS
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from streamwal.client.wal import connect
 from streamwal.coord import state_machine as sm
-from streamwal.coord.local_cluster import LocalCluster
+from streamwal.testing.local_cluster import LocalCluster
 from tests.node.test_corruption import flip_middle, newest
 from tests.support import wait_for
 

@@ -11,6 +11,7 @@ from streamwal.coord.replica_set import (
     joint_complete,
     next_step,
     place,
+    readmit,
     replica_loads,
 )
 
@@ -115,3 +116,10 @@ def test_a_drained_leader_is_kept_until_it_hands_over_to_a_caught_up_follower() 
     assert step == TermChange("handover", (1, 2, 3))
     # once it follows, the drained node is replaced by the spare
     assert next_step(view(leader=3), ALL, ALL, [1], {}) == TermChange("reconfigure", (4, 2, 3))
+
+
+def test_readmit_puts_a_replaced_voter_back_in_place_of_a_member_being_added() -> None:
+    assert readmit((4, 2, 3), 1, stable=(1, 2, 3)) == (1, 2, 3)
+    assert readmit((4, 5, 3), 1, stable=(1, 2, 3)) == (4, 1, 3)  # the last one added
+    assert readmit((1, 2, 3), 1, stable=(1, 2, 3)) == (1, 2, 3)  # already a member
+    assert readmit((1, 2, 3), 4, stable=(1, 2, 3)) is None  # nobody is being added

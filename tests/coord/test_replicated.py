@@ -12,11 +12,11 @@ import pytest
 
 from streamwal.client.node_client import NodeClient
 from streamwal.coord import state_machine as sm
-from streamwal.coord.dev import DevConfig, run_dev
 from streamwal.coord.sagas import TERM_CHANGE_STEPS
 from streamwal.errors import StreamingError
 from streamwal.proto import coord_pb2 as cpb
 from streamwal.proto import streaming_pb2 as pb
+from streamwal.testing.dev import DevConfig, run_dev
 from streamwal.testing.history import Acked, check, payload
 from streamwal.testing.replica_logs import read_replicas
 from tests.support import wait_for

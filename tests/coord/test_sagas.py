@@ -234,3 +234,18 @@ def test_a_single_copy_that_lost_acknowledged_records_stops_the_move_until_accep
     accepting = sagas.reassignment(before, ref(1), "accept-data-loss", ref(1), 0, ctx(), True)
     steps, result = drive(accepting)
     assert steps[1].accept_data_loss and isinstance(result, sagas.Assigned)
+
+
+def test_the_most_complete_log_on_a_member_being_replaced_stays_and_leads() -> None:
+    """Issue 24's endless election: node 1 was lost, the change to (4, 2, 3) began, node 1
+    came back holding the most complete log. It leads, in place of node 4 (being added),
+    instead of the pchannel raising its term for ever."""
+    before = replicated("r", members=(4, 2, 3), previous=(1, 2, 3), term=6, state=sm.ASSIGNING)
+    end = {1: (1, 181), 2: (1, 175), 3: (1, 178), 4: (0, 0)}
+    steps, result = drive(
+        sagas.term_change(before.record, (4, 2, 3), "resume", ctx()), fence_all(end)
+    )
+    assert "most complete log on a replaced member: it stays and leads" in names(steps)
+    final = persisted(steps)
+    assert final.meta.node.server_id == 1 and [m.server_id for m in final.members] == [1, 2, 3]
+    assert isinstance(result, sagas.Assigned) and result.fields["members"] == [1, 2, 3]

@@ -21,8 +21,8 @@ from streamwal.client.node_client import NodeClient
 from streamwal.client.policy import DeliverFilter, DeliverPolicy
 from streamwal.errors import Code, InvalidArgument, StreamingError
 from streamwal.grpc_errors import from_trailing
-from streamwal.node.local import LocalNode
 from streamwal.proto import streaming_pb2 as pb
+from streamwal.testing.local_node import LocalNode
 from streamwal.transport import make_channel
 from tests.node.helpers import HANDLER, read_data
 

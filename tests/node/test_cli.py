@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from streamwal.node.local import LocalNode
+from streamwal.testing.local_node import LocalNode
 
 STREAMWAL = str(Path(sys.executable).parent / "streamwal")
 

@@ -21,8 +21,8 @@ import pytest
 from streamwal.client.node_client import NodeClient
 from streamwal.client.policy import DeliverFilter, DeliverPolicy
 from streamwal.ids import decode_offset
-from streamwal.node.local import LocalNode
 from streamwal.proto import streaming_pb2 as pb
+from streamwal.testing.local_node import LocalNode
 from tests.node.helpers import RawConsumer, RawProducer, is_tick, read_data
 
 V0, V1 = "_v0", "_v1"  # vchannel suffixes: "<pchannel>_v0"

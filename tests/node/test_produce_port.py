@@ -18,8 +18,8 @@ from streamwal.client.node_client import NodeClient, replica_set
 from streamwal.client.policy import DeliverPolicy
 from streamwal.errors import StreamingError, UnmatchedChannelTerm
 from streamwal.ids import decode_offset
-from streamwal.node.local import LocalNode
 from streamwal.proto import streaming_pb2 as pb
+from streamwal.testing.local_node import LocalNode
 from tests.node.helpers import read_data
 
 

@@ -22,7 +22,7 @@ from grpc_tools import protoc
 
 from streamwal.client.node_client import NodeClient
 from streamwal.client.policy import DeliverPolicy
-from streamwal.node.local import LocalNode
+from streamwal.testing.local_node import LocalNode
 from tests.node.helpers import read_data
 
 HERE = Path(__file__).resolve().parent

@@ -29,9 +29,9 @@ if str(ROOT) not in sys.path:
 from kubernetes import client, config  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
 
-from streamwal.node.local import LocalNode  # noqa: E402
 from streamwal.proto import streaming_pb2 as pb  # noqa: E402
 from streamwal.proto import streaming_pb2_grpc as pbg  # noqa: E402
+from streamwal.testing.local_node import LocalNode  # noqa: E402
 from tests.kube import conftest as kube  # noqa: E402
 from tests.kube.conftest import CRD_FILE, Kubectl  # noqa: E402
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from streamwal.node.local import LocalNode
+from streamwal.testing.local_node import LocalNode
 from tests.operator.conftest import Cluster, pchannel_yaml, wait_for
 
 PROMETHEUS = shutil.which("prometheus")

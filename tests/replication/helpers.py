@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 
 from streamwal.client.node_client import NodeClient, replica_set
-from streamwal.node.local import LocalNode
 from streamwal.node.peer import fetch
 from streamwal.proto import streaming_pb2 as pb
+from streamwal.testing.local_node import LocalNode
 from tests.support import wait_for
 
 

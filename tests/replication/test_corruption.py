@@ -22,8 +22,8 @@ from streamwal.client.policy import DeliverPolicy
 from streamwal.client.routing import RoutedConsumer
 from streamwal.client.wal import connect
 from streamwal.coord import state_machine as sm
-from streamwal.coord.local_cluster import LocalCluster
 from streamwal.errors import StreamingError
+from streamwal.testing.local_cluster import LocalCluster
 from tests.node.test_corruption import flip_middle, newest
 from tests.replication.helpers import raw_log
 from tests.support import wait_for

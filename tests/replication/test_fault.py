@@ -26,9 +26,9 @@ from streamwal.client.node_client import NodeClient
 from streamwal.client.policy import DeliverPolicy
 from streamwal.client.routing import RoutedConsumer, RoutedProducer
 from streamwal.client.wal import WAL, connect
-from streamwal.coord.local_cluster import LocalCluster
 from streamwal.errors import StreamingError
 from streamwal.testing.history import Acked, check, payload
+from streamwal.testing.local_cluster import LocalCluster
 from streamwal.testing.replica_logs import read_replicas
 from tests.support import wait_for
 

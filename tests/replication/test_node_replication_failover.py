@@ -12,8 +12,8 @@ from streamwal.client.node_client import NodeClient
 from streamwal.client.policy import DeliverPolicy
 from streamwal.errors import ChannelFenced
 from streamwal.node import records
-from streamwal.node.local import LocalNode
 from streamwal.node.replication import WINDOW_BYTES
+from streamwal.testing.local_node import LocalNode
 from tests.node.helpers import expect_nothing, read_data
 from tests.replication.helpers import (
     assign_replicas,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from streamwal.coord.local_cluster import LocalCluster
+from streamwal.testing.local_cluster import LocalCluster
 
 
 @pytest.fixture

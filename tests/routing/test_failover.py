@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from streamwal.coord.dev import DevConfig, run_dev
+from streamwal.testing.dev import DevConfig, run_dev
 
 STREAMWAL = str(Path(sys.executable).parent / "streamwal")
 

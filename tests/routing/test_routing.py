@@ -8,7 +8,7 @@ import asyncio
 import time
 
 from streamwal.client.wal import connect
-from streamwal.coord.dev import ProducerRun, produce_range, verify
+from streamwal.testing.dev import ProducerRun, produce_range, verify
 from tests.support import wait_for
 
 

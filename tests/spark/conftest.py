@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from streamwal.node.local import LocalNode
+from streamwal.testing.local_node import LocalNode
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # the kube emulator is imported as tests.kube.emulator

@@ -23,10 +23,10 @@ from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from streamwal import transport
-from streamwal.node.local import LocalNode
 from streamwal.proto import coord_pb2 as cpb
 from streamwal.proto import coord_pb2_grpc as cpbg
 from streamwal.proto import streaming_pb2 as pb
+from streamwal.testing.local_node import LocalNode
 
 
 def free_port(host: str = "127.0.0.1") -> int:

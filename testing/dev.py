@@ -39,9 +39,9 @@ import click
 
 from streamwal.client.routing import Reroute, RoutedProducer
 from streamwal.client.wal import WAL, connect
-from streamwal.coord.local_cluster import LocalCluster
 from streamwal.errors import StreamingError
 from streamwal.testing.history import Acked, Verdict, check, payload, read_log
+from streamwal.testing.local_cluster import LocalCluster
 
 WINDOW = 64  # sends in flight per producer
 
