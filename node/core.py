@@ -472,17 +472,25 @@ class PChannelCore:
         return state
 
     def written(
-        self, base: int, count: int, size: int, producer: tuple[str, int] | None, ledger: bool
+        self,
+        base: int,
+        count: int,
+        size: int,
+        term: int,
+        producer: tuple[str, int] | None,
+        ledger: bool,
     ) -> list[Effect]:
-        """An append of this node's term is durable (`size` bytes; group commit order:
-        offsets in order); `ledger`: the ledger may mark it now (synced durability)."""
+        """An append of `term` is durable (`size` bytes; group commit order: offsets in
+        order); `ledger`: the ledger may mark it now (synced durability). The last
+        record's term is the record's, not the pchannel's: a fence raises that before the
+        writes in flight drain, and a stale log must not look newer than it is."""
         if base != self.committed_next:
             raise InvariantBroken(
                 f"{self.name}: write at {base}, durable end {self.committed_next}"
             )
         self.committed_next = base + count
         self.size_bytes += size
-        self.last_term = self.meta.term
+        self.last_term = term
         if producer is not None:
             self.in_flight.discard(producer)
         out: list[Effect] = []

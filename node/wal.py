@@ -72,6 +72,7 @@ class _Append:
     producer: tuple[str, int] | None = None  # (producer id, batch sequence)
     # Called with `future` once it is done, in the commit's own callback (Wal.append).
     on_done: Callable[[asyncio.Future], None] | None = None
+    term: int = 0  # the record's term (the channel's may have moved on meanwhile: a fence)
 
 
 @dataclass(slots=True)
@@ -719,7 +720,16 @@ class Wal:
             ch.inflight[producer] = future
         self._committer.submit(
             _Append(
-                ch, base, first_tick, count, value, time.perf_counter(), future, producer, on_done
+                ch,
+                base,
+                first_tick,
+                count,
+                value,
+                time.perf_counter(),
+                future,
+                producer,
+                on_done,
+                term,
             )
         )
         return future
@@ -784,7 +794,10 @@ class Wal:
                 ch.committed(item.base, item.count, item.value)
                 if durable:  # before the answer: the mark covers every acknowledged offset
                     self.ledger.advance(ch.ledger_slot, item.base + item.count)
-                ch.last_term = ch.term
+                # The record's term, not the channel's: a Fence raises that before the
+                # writes in flight drain, and its report must name the last record's term
+                # (found by the simulator: the raised term made a stale log look newest).
+                ch.last_term = item.term
                 totals = m.appended(ch.name)
                 totals[0] += item.count
                 totals[1] += len(item.value)

@@ -58,7 +58,7 @@ class Config:
     faults_per_second: float = 1.5
     clean: bool = False  # single replicas: only faults a catch-up move survives
     max_down: float = 3.0  # seconds a crashed/paused/cut node stays so, at most
-    # Leadership churn: a new leader is killed this soon (0-50 ms) with this probability
+    # Leadership churn: a node told to lead is killed within 30 ms with this probability
     # (the nemesis aims at primaries, as Jepsen's do).
     kill_new_leader: float = 0.0
 
@@ -186,6 +186,8 @@ class SimLinks:
             timeout,
             "assign",
         )
+        if replica_set is not None and replica_set.role == pb.REPLICA_ROLE_LEADER:
+            self.cluster.leading(node)
 
     async def fence(self, address: str, name: str, term: int, timeout: float) -> pb.FenceResponse:
         node = self._node(address)
@@ -299,7 +301,6 @@ class Cluster:
         coord = Coordinator(
             store, config, links=links, clock=self.loop.time, step_hooks=[self._step_hook]
         )
-        coord.listener = self._outcome
         self.coord = coord
         await coord.start()
         for task in coord._tasks:
@@ -307,14 +308,11 @@ class Cluster:
         watcher = asyncio.ensure_future(self._discover(coord))
         coord._tasks.append(watcher)
 
-    def _outcome(self, kind: str, name: str, fields: dict) -> None:
-        """The coord's outcomes; the churn nemesis kills a freshly chosen leader."""
-        cfg = self.config
-        node = self.nodes.get(fields.get("new_node"))  # type: ignore[arg-type]
-        if kind not in ("assigned", "failover") or node is None or not self._faulting:
-            return
-        if self.rng.random() < cfg.kill_new_leader:
-            self.loop.call_later(self.rng.uniform(0.0, 0.05), self._kill, node, "new leader")
+    def leading(self, node: SimNode) -> None:
+        """A node was just told to lead: the churn nemesis may kill it right away (before
+        its followers copied its first record, or soon after)."""
+        if self._faulting and self.rng.random() < self.config.kill_new_leader:
+            self.loop.call_later(self.rng.uniform(0.0, 0.03), self._kill, node, "new leader")
 
     def _kill(self, node: SimNode, why: str) -> None:
         if node.up and self._faulting:

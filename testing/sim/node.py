@@ -365,9 +365,11 @@ class SimNode:
                 self._pending.pop((core.name, item.producer), None)
                 if self.cores.get(core.name) is not core:
                     continue
-                self._effects(
-                    core, core.written(item.base, item.count, len(item.value), item.producer, True)
+                term = records.peek(item.value)[0]
+                written = core.written(
+                    item.base, item.count, len(item.value), term, item.producer, True
                 )
+                self._effects(core, written)
                 if not item.future.done():
                     item.future.set_result((item.base, records.peek(item.value)[1]))
 

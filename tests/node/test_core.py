@@ -78,7 +78,7 @@ def assigned(term: int = 1, rs: ReplicaSet | None = None, **kw) -> PChannelCore:
 def write_all(c: PChannelCore, count: int, term: int | None = None, producer=None) -> list:
     got = c.append(term or c.term, count, 1000, producer=producer)
     assert isinstance(got, Accepted)
-    return c.written(got.base, count, 10 * count, producer, ledger=True)
+    return c.written(got.base, count, 10 * count, c.term, producer, ledger=True)
 
 
 # ----------------------------------------------------------------- fencing and windows
@@ -104,7 +104,7 @@ def test_while_a_higher_term_is_taken_neither_term_is_served() -> None:
         c.access(2)
     with pytest.raises(UnmatchedChannelTerm, match="stale"):
         c.access(1)
-    c.written(0, 3, 30, None, ledger=True)
+    c.written(0, 3, 30, 1, None, ledger=True)
     _, outcome = run(steps)
     assert outcome is AssignOutcome.TAKE and c.meta.history == [(1, 0), (2, 3)]
     c.access(2)
@@ -152,7 +152,7 @@ def test_offsets_are_dense_and_a_failed_write_hands_them_out_again() -> None:
     first = c.append(1, 2, 1000)
     second = c.append(1, 3, 1000)
     assert (first.base, second.base) == (0, 2) and second.first_tick > first.first_tick
-    assert c.written(0, 2, 20, None, ledger=True)[0] == MarkDurable(2)
+    assert c.written(0, 2, 20, 1, None, ledger=True)[0] == MarkDurable(2)
     assert kinds(c.write_failed([])) == ["Notify"]
     assert (c.committed_next, c.next_offset) == (2, 2)
     assert c.append(1, 1, 1000).base == 2
@@ -162,7 +162,7 @@ def test_a_resent_batch_is_answered_not_appended_and_a_failed_one_is_forgotten()
     c = assigned(1)
     got = c.append(1, 2, 1000, producer=("p", 1))
     assert c.append(1, 2, 1000, producer=("p", 1)) == Resend(got_result(got, 2), True)
-    c.written(0, 2, 20, ("p", 1), ledger=True)
+    c.written(0, 2, 20, 1, ("p", 1), ledger=True)
     assert c.append(1, 2, 1000, producer=("p", 1)) == Resend(got_result(got, 2), False)
     c.append(1, 1, 1000, producer=("p", 2))
     c.write_failed([("p", 2)])
@@ -298,7 +298,7 @@ def test_invariants_are_asserted() -> None:
     e = assigned(1)
     e.append(1, 2, 1000)
     with pytest.raises(InvariantBroken, match="write at 1"):
-        e.written(1, 1, 10, None, ledger=False)
+        e.written(1, 1, 10, 1, None, ledger=False)
 
 
 def test_effects_of_a_leader_losing_its_role_fail_quorum_waiters_once() -> None:
@@ -323,3 +323,13 @@ def test_a_failed_write_of_copied_records_takes_the_log_back_not_the_term() -> N
     f.unstore(store.staged)  # the write failed
     assert (f.committed_next, f.next_offset, f.meta.history, f.term) == (4, 4, [(1, 0)], 5)
     assert f.producers == {} and f.commit == 4
+
+
+def test_a_fence_reports_the_term_of_the_last_record_written_not_its_own() -> None:
+    c = assigned(1)
+    c.append(1, 1, 1000)  # in flight when the fence comes
+    steps = c.fence_term(3)
+    assert isinstance(next(steps), PersistMeta) and isinstance(next(steps), Drain)
+    c.written(0, 1, 10, 1, None, ledger=True)
+    _, report = run(steps)
+    assert report == (1, 1, 1, "")

@@ -1,6 +1,12 @@
-"""A follower whose write of copied records fails goes back to what its disk holds, so the
-next copy continues there: no hole in its log (found by the simulator, seed 1 of its
-first runs). In-process: a real Wal over RocksDB, the follower's apply called directly."""
+"""Two node bugs the simulator (streamwal.testing.sim) found, pinned on a real Wal over
+RocksDB, in-process (the follower's apply and the fence called directly):
+
+- a follower whose write of copied records fails goes back to what its disk holds, so
+  the next copy continues there: no hole in its log;
+- a Fence reports the term of the last record, not the term it just raised: writes in
+  flight when it came finish under their own term (else a stale log looks newest and
+  the coord chooses it, cutting committed records elsewhere).
+"""
 
 from __future__ import annotations
 
@@ -20,10 +26,30 @@ def entry(term: int, offset: int, count: int) -> pb.LogEntry:
     return pb.LogEntry(term=term, offset=offset, record=records.encode(term, 1, count, body))
 
 
-async def test_a_failed_write_leaves_no_hole(tmp_path) -> None:
-    wal = Wal(LogStore(tmp_path / "node"), NodeConfig(node_id=2), NodeMetrics())
+def make_wal(path) -> Wal:
+    wal = Wal(LogStore(path), NodeConfig(node_id=2), NodeMetrics())
     wal.open()
     wal.start()
+    return wal
+
+
+async def test_a_fence_reports_the_last_records_term_not_its_own(tmp_path) -> None:
+    wal = make_wal(tmp_path / "node")
+    try:
+        await wal.assign("ch", 1)
+        ch = wal.channels["ch"]
+        body = pb.MessageBatch(messages=[pb.Message(payload=b"m")]).SerializeToString()
+        written = wal.append(ch, 1, body, 1)  # in flight when the fence comes
+        last_term, end, _, damage = await wal.fence("ch", 3)
+        assert (last_term, end, damage) == (1, 1, "")
+        assert await written == (0, written.result()[1])
+    finally:
+        await wal.close()
+        wal.store.close()
+
+
+async def test_a_failed_write_leaves_no_hole(tmp_path) -> None:
+    wal = make_wal(tmp_path / "node")
     try:
         follower = pb.ReplicaSet(
             role=pb.REPLICA_ROLE_FOLLOWER,
