@@ -54,6 +54,15 @@ from streamwal import logs
     type=float,
     help="Seconds between rebalance rounds.",
 )
+@click.option(
+    "--max-clock-offset",
+    default=0.5,
+    show_default=True,
+    type=float,
+    help="Seconds a node's wall clock may differ from the coord's; a node farther off "
+    "leads nothing (its leaderships move, it is warned about and exported as a metric), "
+    "so time ticks never run ahead of real time by more than this.",
+)
 @click.option("--log-level", default="info", show_default=True)
 def coord(
     listen: str,
@@ -65,6 +74,7 @@ def coord(
     max_moves: int,
     tolerance: int,
     rebalance_interval: float,
+    max_clock_offset: float,
     log_level: str,
 ) -> None:
     """Run the coord: assigns pchannels to nodes, fails them over, tells clients."""
@@ -81,6 +91,7 @@ def coord(
             max_moves_per_round=max_moves,
             tolerance=tolerance,
             rebalance_interval=rebalance_interval,
+            max_clock_offset=max_clock_offset,
         )
         asyncio.run(serve(listen, meta_dir, config, metrics))
     except StreamingError as err:

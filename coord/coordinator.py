@@ -64,6 +64,7 @@ class CoordConfig:
     assign_timeout: float = 5.0
     remove_timeout: float = 1.0
     fence_timeout: float = 2.0  # replicated term changes: how long Fence answers are awaited
+    max_clock_offset: float = 0.5  # seconds; a node farther off leads nothing
     # Test-only crash injection: SIGKILL self right after this step (see Step values).
     crash_at: str | None = field(default_factory=lambda: os.environ.get(CRASH_ENV) or None)
 
@@ -98,6 +99,8 @@ class Coordinator:
         # are left alone (a move would copy the damaged log) until accept_data_loss.
         self._data_loss: dict[str, str] = {}
         self._accepting: set[str] = set()
+        # Nodes whose wall clock is farther than max_clock_offset from ours: offset (s).
+        self.skewed: dict[int, float] = {}
         # Catch-up on moves: the node holding a moving channel's records (kept from the
         # start of the move to its ASSIGNED), and the highest end of log probes reported.
         self._holder: dict[str, sm.NodeRef] = {}
@@ -234,6 +237,11 @@ class Coordinator:
 
     def drained(self) -> set[int]:
         return set(self._cluster.drained_nodes)
+
+    def avoided(self) -> set[int]:
+        """Nodes that take no new pchannels and hand over what they lead: drained ones,
+        and those whose clock is too far off (time ticks would run ahead there)."""
+        return self.drained() | set(self.skewed)
 
     def describe(self, names: list[str]) -> list[cpb.ChannelDescription]:
         """Descriptions of `names` (all live channels when empty); unknown names raise."""
@@ -596,7 +604,9 @@ class Coordinator:
         if address is None:
             return  # left the node set since the probe was scheduled
         try:
+            sent = time.time()
             status = await self.links.collect_status(address, timeout=self.config.probe_interval)
+            self._observe_clock(node, status.wall_time_ms / 1000 - (sent + time.time()) / 2)
             if status.server_id and status.server_id != node:
                 log.error("node id mismatch", extra={"node": node, "reported": status.server_id})
             else:
@@ -615,6 +625,28 @@ class Coordinator:
             self._on_transition(node, change.after)
         if ok and self._status_needs_action(node):
             self.wake()
+
+    def _observe_clock(self, node: int, offset: float) -> None:
+        """Keep how far a node's clock is from ours; beyond the bound it leads nothing."""
+        self.metrics.clock_offset.labels(str(node)).set(offset)
+        skewed = abs(offset) > self.config.max_clock_offset
+        if skewed and node not in self.skewed:
+            log.warning(
+                "node clock too far off: it leads nothing until it is back within the bound",
+                extra={
+                    "node": node,
+                    "offset_s": round(offset, 3),
+                    "max_s": self.config.max_clock_offset,
+                },
+            )
+            self.wake()
+        elif not skewed and node in self.skewed:
+            log.info("node clock back within the bound", extra={"node": node})
+            self.wake()
+        if skewed:
+            self.skewed[node] = offset
+        else:
+            self.skewed.pop(node, None)
 
     def _on_transition(self, node: int, after: Liveness) -> None:
         log.info("node liveness changed", extra={"node": node, "liveness": after.value})
@@ -660,7 +692,7 @@ class Coordinator:
         if not self.active:
             return
         now = self.clock()
-        alive, live, drained = self.tracker.alive(), self.tracker.live(), self.drained()
+        alive, live, drained = self.tracker.alive(), self.tracker.live(), self.avoided()
         alive &= set(self.config.nodes)
         replicated = self._replicated()
         metas = {

@@ -112,7 +112,8 @@ class ReplicationDriver:
 
     def missing(self, record: cpb.ChannelRecord) -> frozenset[int]:
         """Members probed after the last assignment that do not serve it in their role,
-        or whose log of it lost acknowledged records (a leader then fails over)."""
+        or whose log of it lost acknowledged records, or that say they cannot serve it well
+        (a leader then fails over)."""
         meta = record.meta
         name, term = meta.channel.name, meta.channel.term
         assigned_at = self.coord._assigned_at.get(name, 0.0)
@@ -129,6 +130,7 @@ class ReplicationDriver:
                 or status.pchannel.term != term
                 or status.role != want
                 or status.data_loss
+                or status.unhealthy
             ):
                 out.add(node)
         return frozenset(out)
@@ -218,21 +220,31 @@ class ReplicationDriver:
             except StreamingError as err:
                 _failed(log.info, "fence failed", name, node.server_id, term, err)
                 return None
-            if reply.data_loss:
+            ineligible = reply.data_loss or self._ineligible(node.server_id, name)
+            if ineligible:
                 log.warning(
-                    "replica lost acknowledged records: it may not lead",
-                    extra={"pchannel": name, "node": node.server_id, "damage": reply.data_loss},
+                    "replica may not lead",
+                    extra={"pchannel": name, "node": node.server_id, "reason": ineligible},
                 )
             return lc.FenceReport(
                 node.server_id,
                 reply.last_term,
                 reply.next_offset,
                 reply.commit_offset,
-                reply.data_loss,
+                ineligible,
             )
 
         got = await asyncio.gather(*(one(n) for n in nodes))
         return [r for r in got if r is not None]
+
+    def _ineligible(self, node: int, name: str) -> str:
+        """Why `node` may not lead `name` by what it last reported or how its clock is."""
+        offset = self.coord.skewed.get(node)
+        if offset is not None:
+            return f"its clock is {offset:+.3f}s off the coord's"
+        report = self.reports.get(node)
+        status = report[1].get(name) if report else None
+        return status.unhealthy if status is not None else ""
 
     def _leader_counts(self) -> dict[int, int]:
         out: dict[int, int] = {}

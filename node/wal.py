@@ -31,6 +31,7 @@ from streamwal.node.config import NodeConfig
 from streamwal.node.divergence import cut_history, extend_history, log_divergence
 from streamwal.node.fencing import AssignOutcome, check_access, decide_assign, decide_remove
 from streamwal.node.group_commit import GroupCommitter
+from streamwal.node.health import WriteHealth
 from streamwal.node.log_store import ChannelMeta, LogStore, StoreCorruption, log_key
 from streamwal.node.metrics import ChannelState, NodeMetrics
 from streamwal.node.producers import (
@@ -129,6 +130,7 @@ class Wal:
         self.ledger = AckLedger(store.path)
         self._verifying: dict[str, asyncio.Future] = {}
         self._syncing: asyncio.Future | None = None
+        self.write_health = WriteHealth()
         self._committer = GroupCommitter(
             store,
             self._prepare,
@@ -738,6 +740,13 @@ class Wal:
     def _committed(self, group: list) -> None:
         now = time.perf_counter()
         durable = self.store.sync  # async: the ledger follows the periodic WAL sync
+        recovered = self.write_health.succeeded()
+        if recovered is not None:
+            since, failures = recovered
+            log.warning(
+                "WAL writes succeed again",
+                extra={"failed_writes": failures, "seconds": round(time.monotonic() - since, 1)},
+            )
         touched: dict[str, Channel] = {}
         m = self.metrics
         for item in group:
@@ -769,8 +778,19 @@ class Wal:
                 self.replication.advance(ch)
             ch.notify()
 
+    def unhealthy(self, ch: Channel) -> str:
+        """Why this node cannot serve `ch` well now ("": it can): CollectStatus says so,
+        and the coord moves leadership away (health.py)."""
+        return self.write_health.reason(time.monotonic()) or self.replication.quorum_lost(ch)
+
     def _failed(self, group: list, exc: BaseException) -> None:
-        log.error("write failed", extra={"error": repr(exc), "items": len(group)})
+        health = self.write_health
+        report = health.failed(time.monotonic(), str(exc))
+        if report is not None:
+            log.error(
+                "WAL writes failing" if report == "first" else "WAL writes still failing",
+                extra={"error": str(exc), "failed_writes": health.failures, "items": len(group)},
+            )
         err = Inner(f"storage write failed: {exc}")
         touched: dict[str, Channel] = {}
         for item in group:
