@@ -63,6 +63,12 @@ from streamwal import logs
     "leads nothing (its leaderships move, it is warned about and exported as a metric), "
     "so time ticks never run ahead of real time by more than this.",
 )
+@click.option(
+    "--forget-missing-meta",
+    is_flag=True,
+    help="Start even though pchannel records the meta store once had are gone (deleted "
+    "files): those pchannels are dropped for good. Without it the coord refuses to start.",
+)
 @click.option("--log-level", default="info", show_default=True)
 def coord(
     listen: str,
@@ -75,6 +81,7 @@ def coord(
     tolerance: int,
     rebalance_interval: float,
     max_clock_offset: float,
+    forget_missing_meta: bool,
     log_level: str,
 ) -> None:
     """Run the coord: assigns pchannels to nodes, fails them over, tells clients."""
@@ -93,7 +100,7 @@ def coord(
             rebalance_interval=rebalance_interval,
             max_clock_offset=max_clock_offset,
         )
-        asyncio.run(serve(listen, meta_dir, config, metrics))
+        asyncio.run(serve(listen, meta_dir, config, metrics, forget_missing_meta))
     except StreamingError as err:
         raise click.ClickException(str(err)) from None
 

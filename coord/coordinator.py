@@ -683,6 +683,9 @@ class Coordinator:
             self._wake.clear()
             try:
                 await self.reconcile_once()
+            except StreamingError as err:  # e.g. the meta store cannot be written now
+                log.warning("reconcile round failed", extra={"error": str(err)})
+                await asyncio.sleep(0.2)
             except Exception:
                 log.exception("reconcile round failed")
                 await asyncio.sleep(0.2)
