@@ -29,7 +29,13 @@ from streamwal.node.channel import Channel
 from streamwal.node.clock import BarrierTooFar
 from streamwal.node.config import NodeConfig
 from streamwal.node.divergence import cut_history, extend_history, log_divergence
-from streamwal.node.fencing import AssignOutcome, check_access, decide_assign, decide_remove
+from streamwal.node.fencing import (
+    AssignOutcome,
+    check_access,
+    decide_assign,
+    decide_damaged_assign,
+    decide_remove,
+)
 from streamwal.node.group_commit import GroupCommitter
 from streamwal.node.health import WriteHealth
 from streamwal.node.log_store import ChannelMeta, LogStore, StoreCorruption, log_key
@@ -245,24 +251,11 @@ class Wal:
         if ch is not None:
             if not following:
                 await self.ensure_verified(ch)
-            if ch.bad_needs_salvage:
-                raise DataLoss(
-                    f"pchannel {name!r} lost acknowledged records on this node: {ch.damage}. "
-                    "The store has a damaged table file: restart the node, it salvages "
-                    "its store at start-up; then rebuild or accept the loss"
-                )
-            if ch.damage and not following and not accept_data_loss:
-                raise DataLoss(
-                    f"pchannel {name!r} lost acknowledged records on this node: {ch.damage}. "
-                    "Rebuild it from a replica, or accept the loss explicitly "
-                    "(`streamwal channel accept-loss`)"
-                )
-            if ch.damage and not following and outcome is not AssignOutcome.TAKE:
-                raise InvalidArgument(
-                    f"accepting the data loss of {name!r} needs a new term (serving {ch.term})"
-                )
+            cut = decide_damaged_assign(
+                name, ch.damage, ch.bad_needs_salvage, following, accept_data_loss, outcome
+            )
             ch.recovering = False
-            if ch.damage:
+            if cut:
                 await self._cut_damage(ch, accept=not following)
         if outcome is not AssignOutcome.TAKE:
             assert ch is not None
