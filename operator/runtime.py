@@ -217,6 +217,14 @@ class OperatorRuntime:
                 f"acknowledged at or after offset {fields.get('min_next_offset')} are stranded"
             )
             self._spawn(self.post_event(name, "UncleanFailover", message, "Warning"))
+        elif kind == "data-loss":
+            message = (
+                f"the only copy lost acknowledged records: {fields.get('cause')}; it is not "
+                "served until the loss is accepted (`streamwal channel accept-loss`)"
+            )
+            self.store.notes[name] = st.Note("DataLoss", message)
+            self._spawn(self.post_event(name, "DataLoss", message, "Warning"))
+            self._spawn(self._touch_later(name))
         elif kind == "unavailable":
             message = f"node {fields.get('node')} lost and no live node can take the pchannel"
             self._spawn(self.post_event(name, "Unavailable", message, "Warning"))
