@@ -28,6 +28,7 @@ from streamwal.errors import (
     UnmatchedChannelTerm,
 )
 from streamwal.grpc_errors import from_rpc_error
+from streamwal.logs import Repeats
 from streamwal.node import records
 from streamwal.node import replication_rules as rules
 from streamwal.node.channel import Channel
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from streamwal.node.wal import Wal
 
 log = logging.getLogger("streamwal.node.replication")
+_REPEATS = Repeats()  # a leader down: its followers retry every 2 s, logged every 10 s
 
 REPLICATE = "/milvus.proto.streaming.StreamingNodeReplicationService/Replicate"
 WINDOW_BYTES = 8 * 1024 * 1024  # record bytes sent to a follower and not yet acknowledged
@@ -276,14 +278,20 @@ class Replication:
             except asyncio.CancelledError:
                 raise
             except (StreamingError, rules.Rejected) as err:
-                log.warning(
+                _REPEATS.log(
+                    log,
+                    logging.WARNING,
                     "replication stream ended",
-                    extra={"pchannel": ch.name, "leader": role.leader.address, "error": str(err)},
+                    (ch.name, role.leader.address),
+                    pchannel=ch.name,
+                    leader=role.leader.address,
+                    error=str(err),
                 )
             except Exception as err:  # a bug must not end following for good
                 log.exception("replication stream failed", extra={"error": repr(err)})
             if ch.committed_next > before:
                 delay = BACKOFF[0]
+                _REPEATS.forget((ch.name, role.leader.address))
             await asyncio.sleep(delay)
             delay = min(delay * 2, BACKOFF[1])
 
