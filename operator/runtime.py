@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -21,7 +20,7 @@ from kubernetes import client, config
 from streamwal.coord.coordinator import CoordConfig, Coordinator
 from streamwal.coord.meta_store import VersionConflict
 from streamwal.coord.server import serve_metrics, start_grpc
-from streamwal.errors import ChannelNotExist, StreamingError
+from streamwal.errors import StreamingError
 from streamwal.operator import pods as podlib
 from streamwal.operator import status as st
 from streamwal.operator.kube_meta_store import GROUP, KIND, VERSION, KubeMetaStore
@@ -29,10 +28,9 @@ from streamwal.tasks import cancel_and_wait
 
 log = logging.getLogger("streamwal.operator")
 
-# The coordinator acts only while Kopf is running our handlers: per-PChannel daemons touch
-# the gate every second and Kopf stops them when peering pauses this replica.
-GATE_SECONDS = 5.0
 STANDBY = "this operator replica is not the active one"
+# A broadcast store that failed to load (say, the ConfigMap API refused) is retried.
+BROADCAST_RETRY_SECONDS = 5.0
 
 
 @dataclass
@@ -56,6 +54,12 @@ def load_api() -> client.ApiClient:
 
 
 class OperatorRuntime:
+    """The coordinator over PChannel objects; it reconciles only while `lead()` holds.
+
+    Every replica keeps its view fresh (Kopf's watches feed `pchannel_event` and
+    `pod_event`) and serves AssignmentDiscover from it; only the elected one writes.
+    """
+
     def __init__(self, cfg: OperatorConfig) -> None:
         self.cfg = cfg
         self.api = load_api()
@@ -67,19 +71,21 @@ class OperatorRuntime:
         )
         self.coord.listener = self._on_outcome
         self.coord.active = False
-        # Broadcasts are driven by the active replica only (started by the activity gate).
+        # Broadcasts are driven by the active replica only (started by `lead`).
         self.coord.broadcaster.held = STANDBY
         self.pods: dict[str, dict[str, Any]] = {}
         self.grpc_port: int | None = None
         self.metrics_port: int | None = None
         self._server = None
-        self._last_touch = 0.0
-        self._broadcast_retry_at = 0.0
         self._refresh_wanted = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
 
     def _live_count(self) -> int:
         return len(self.coord.tracker.live())
+
+    @property
+    def active(self) -> bool:
+        return self.coord.active
 
     async def start(self) -> None:
         await self.coord.start()
@@ -90,8 +96,8 @@ class OperatorRuntime:
         if self.cfg.metrics:
             self.metrics_port = serve_metrics(self.coord, self.cfg.metrics)
         self._tasks = [
-            asyncio.create_task(self._gate_loop(), name="operator-gate"),
             asyncio.create_task(self._refresh_loop(), name="operator-refresh"),
+            asyncio.create_task(self._resync_loop(), name="operator-resync"),
         ]
         log.info(
             "operator started",
@@ -100,49 +106,43 @@ class OperatorRuntime:
         )  # fmt: skip
 
     async def stop(self) -> None:
+        self.coord.active = False
         await cancel_and_wait(self._tasks)
         if self._server is not None:
             await self._server.stop(grace=1.0)
         await self.coord.stop()
         self.api.close()
 
-    # ----------------------------------------------------------------- activity gate
+    async def lead(self) -> None:
+        """This replica was elected: reconcile from a fresh read, drive broadcasts."""
+        log.info("operator active: reconciling")
+        with suppress(StreamingError):
+            await self.coord.refresh()
+        self.coord.active = True
+        self.coord.wake()
+        self._spawn(self._start_broadcasts())
 
-    def touch(self) -> None:
-        """A Kopf handler ran: this replica is the active one."""
-        self._last_touch = time.monotonic()
-
-    async def _gate_loop(self) -> None:
-        while True:
-            active = time.monotonic() - self._last_touch < GATE_SECONDS
-            if active and not self.coord.active:
-                log.info("operator active: reconciling")
-                with suppress(StreamingError):
-                    await self.coord.refresh()
-            elif not active and self.coord.active:
-                log.info("operator paused: not reconciling")
-                self.coord.broadcaster.held = STANDBY
-                await self.coord.broadcaster.stop(STANDBY)
-            self.coord.active = active
-            if active and self.coord.broadcaster.standby is not None:
-                await self._start_broadcasts()
-            await asyncio.sleep(0.5)
+    async def stop_acting(self) -> None:
+        """Leadership is lost: no reconcile round, no broadcast from now on."""
+        self.coord.active = False
+        self.coord.broadcaster.held = STANDBY
+        await self.coord.broadcaster.stop(STANDBY)
 
     async def _start_broadcasts(self) -> None:
-        """Load the broadcast ConfigMaps and resume pending tasks (retried every 5 s).
+        """Load the broadcast ConfigMaps and resume pending tasks (retried while leading).
 
         Reconciling PChannels does not wait for this: a failing ConfigMap API (say, a chart
         without the ConfigMap rule) only leaves broadcasts answering OnShutdown.
         """
-        if time.monotonic() < self._broadcast_retry_at:
-            return
-        self.coord.broadcaster.held = None
-        try:
-            await self.coord.broadcaster.start()
-        except Exception as err:  # API unreachable or forbidden: stay standby, retry
-            self.coord.broadcaster.held = STANDBY
-            self._broadcast_retry_at = time.monotonic() + GATE_SECONDS
-            log.warning("broadcast tasks not loaded", extra={"error": str(err)})
+        while self.coord.active:
+            self.coord.broadcaster.held = None
+            try:
+                await self.coord.broadcaster.start()
+                return
+            except Exception as err:  # API unreachable or forbidden: stay standby, retry
+                self.coord.broadcaster.held = STANDBY
+                log.warning("broadcast tasks not loaded", extra={"error": str(err)})
+            await asyncio.sleep(BROADCAST_RETRY_SECONDS)
 
     # ----------------------------------------------------------------- inputs
 
@@ -159,6 +159,30 @@ class OperatorRuntime:
             except Exception:
                 log.exception("refresh failed")
             await asyncio.sleep(0.2)
+
+    async def _resync_loop(self) -> None:
+        """Every `resync` seconds: re-list, and heal every status that drifted."""
+        while True:
+            await asyncio.sleep(self.cfg.resync)
+            if not self.coord.active:
+                continue
+            try:
+                await self.coord.refresh()
+                for name in list(self.store.objects):
+                    await self.heal(name)
+            except StreamingError as err:
+                log.warning("resync failed", extra={"error": str(err)})
+
+    async def pchannel_event(self, name: str, body: dict[str, Any]) -> None:
+        """A PChannel changed: refresh the view; a new generation is acknowledged at once."""
+        generation = (body.get("metadata") or {}).get("generation")
+        observed = (body.get("status") or {}).get("observedGeneration")
+        if self.coord.active and generation and observed is not None and generation != observed:
+            try:
+                await self.heal(name, refresh=True)
+            except StreamingError as err:
+                log.warning("heal failed", extra={"pchannel": name, "error": str(err)})
+        self.request_refresh()
 
     def pod_event(self, kind: str | None, pod: dict[str, Any]) -> None:
         name = pod["metadata"]["name"]
@@ -182,14 +206,6 @@ class OperatorRuntime:
                 await self.coord.touch(name)
             except VersionConflict:
                 self.request_refresh()
-
-    async def release(self, name: str) -> None:
-        """Finalizer: tombstone the status (Releasing) and Remove the channel on its node."""
-        await self.coord.refresh()
-        # ChannelNotExist: released already (a retried handler) or never known.
-        with suppress(ChannelNotExist):
-            await self.coord.destroy_channels([name])
-        self.store.notes.pop(name, None)
 
     # ----------------------------------------------------------------- outputs
 

@@ -11,10 +11,12 @@ import json
 import queue
 
 import grpc
+import yaml
 
+from streamwal.operator.handlers import FINALIZER
 from streamwal.proto import streaming_pb2 as pb
 from streamwal.proto import streaming_pb2_grpc as pbg
-from tests.operator.conftest import Cluster, collect_status, pchannel_yaml, wait_for
+from tests.operator.conftest import Cluster, G, P, V, collect_status, pchannel_yaml, wait_for
 
 
 def test_apply_assigns_to_real_nodes_and_kubectl_shows_node_and_term(cluster: Cluster) -> None:
@@ -146,14 +148,17 @@ def test_deleting_a_pchannel_releases_it_on_the_node(cluster: Cluster) -> None:
     wait_for(lambda: cluster.ready("ch-d"), 30)
     wait_for(lambda: cluster.ready("ch-keep"), 30)
     assert {"ch-d", "ch-keep"} <= set(collect_status(node.address))
+    assert not cluster.get("ch-d")["metadata"].get("finalizers")  # deletion never waits
 
     cluster.kubectl("delete", "pch", "ch-d", "--wait=true", "--timeout=30s")
     assert cluster.get("ch-d") is None
-    served = collect_status(node.address)
-    assert "ch-d" not in served and "ch-keep" in served
+    wait_for(lambda: "ch-d" not in collect_status(node.address), 10, "ch-d released")
+    assert "ch-keep" in collect_status(node.address)
 
 
-def test_finalizer_can_be_removed_while_the_operator_is_gone(cluster: Cluster) -> None:
+def test_a_pchannel_deleted_while_the_operator_is_gone_is_released_by_the_next(
+    cluster: Cluster,
+) -> None:
     node = cluster.add_node(1)
     op = cluster.start_operator()
     cluster.kubectl("apply", "-f", "-", stdin=pchannel_yaml("ch-orphan", "ch-keep"))
@@ -161,17 +166,37 @@ def test_finalizer_can_be_removed_while_the_operator_is_gone(cluster: Cluster) -
     wait_for(lambda: cluster.ready("ch-keep"), 30)
     op.stop()
 
-    cluster.kubectl("delete", "pch", "ch-orphan", "--wait=false")
-    assert cluster.get("ch-orphan")["metadata"]["finalizers"] == ["streamwal.io/release"]
-    cluster.kubectl(
-        "patch", "pch", "ch-orphan", "--type=merge", "-p", '{"metadata":{"finalizers":null}}'
-    )
+    cluster.kubectl("delete", "pch", "ch-orphan", "--wait=true", "--timeout=10s")
     assert cluster.get("ch-orphan") is None
     assert "ch-orphan" in collect_status(node.address)  # nobody told the node yet
 
     cluster.start_operator()  # the next operator fences what no PChannel owns any more
     wait_for(lambda: "ch-orphan" not in collect_status(node.address), 20, "orphan released")
     assert "ch-keep" in collect_status(node.address)
+
+
+def test_removing_the_operator_leaves_nothing_blocking_namespace_deletion(
+    cluster: Cluster,
+) -> None:
+    cluster.add_node(1)
+    op = cluster.start_operator()
+    # One PChannel as an older operator left it: with its finalizer, which this one drops.
+    old = yaml.safe_load(pchannel_yaml("ch-old"))
+    old["metadata"]["finalizers"] = [FINALIZER]
+    cluster.kubectl(
+        "apply", "-f", "-", stdin=pchannel_yaml("ch-new") + "---\n" + yaml.safe_dump(old)
+    )
+    for name in ("ch-new", "ch-old"):
+        obj = wait_for(lambda n=name: cluster.ready(n), 30, f"{name} Ready")
+    wait_for(lambda: not cluster.get("ch-old")["metadata"].get("finalizers"), 10, "finalizer gone")
+    assert not obj["metadata"].get("finalizers")
+    op.stop()  # helm uninstall: no operator any more
+
+    cluster.kubectl("delete", "namespace", cluster.ns, "--wait=false")
+    # The namespace controller (kube-controller-manager, absent from this control plane)
+    # now deletes every object in the namespace and waits for each to go: none waits.
+    cluster.kubectl("delete", "pch", "--all", "--wait=true", "--timeout=10s")
+    assert cluster.co.list_namespaced_custom_object(G, V, cluster.ns, P)["items"] == []
 
 
 def test_invalid_pchannel_is_rejected_with_a_clear_message(cluster: Cluster) -> None:

@@ -1,6 +1,6 @@
-"""The operator with a replicated PChannel (spec.replicas 3): real kubectl against the API
-emulator, the real operator process, real nodes. Status lists the replica set with the
-leader; a failed leader's pod hands the pchannel to a follower under a higher term."""
+"""The operator with a replicated PChannel (spec.replicas 3): real kubectl against the real
+kube-apiserver, the real operator process, real nodes. Status lists the replica set with
+the leader; a failed leader's pod hands the pchannel to a follower under a higher term."""
 
 from __future__ import annotations
 
