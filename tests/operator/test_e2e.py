@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import queue
+import time
 
 import grpc
 import yaml
@@ -39,6 +40,15 @@ def test_apply_assigns_to_real_nodes_and_kubectl_shows_node_and_term(cluster: Cl
         assert cond["reason"] == "Assigned" and f"term {st['term']}" in cond["message"]
     # Both nodes got work (the balancer spreads new channels).
     assert {o["status"]["node"]["id"] for o in objs.values()} == {1, 2}
+    # GitOps: spec is the user's alone. The server records who wrote which field.
+    for obj in objs.values():
+        for entry in obj["metadata"]["managedFields"]:
+            if "f:spec" in entry.get("fieldsV1", {}):
+                assert entry["manager"].startswith("kubectl"), entry
+            else:
+                assert entry.get("subresource") == "status" or entry["manager"].startswith(
+                    "kubectl"
+                ), entry
 
     table = cluster.kubectl("get", "pch", "-o", "wide").stdout.splitlines()
     header = table[0].split()
@@ -56,6 +66,19 @@ def test_apply_assigns_to_real_nodes_and_kubectl_shows_node_and_term(cluster: Cl
     # a client may see one a moment before the other.)
     expected = {n: (o["status"]["node"]["address"], o["status"]["term"]) for n, o in objs.items()}
     assert wait_for(lambda: discovered(op.coord_port) == expected, 10, "discovery caught up")
+
+
+def test_under_the_charts_rbac_the_first_pchannel_is_served_within_5_s(
+    cluster: Cluster,
+) -> None:
+    """The chart's Role once stalled the operator for 54 s (Kopf listing namespaces,
+    refused); the cluster fixture fails on any 403 in the operator's log."""
+    cluster.add_node(1)
+    cluster.kubectl("apply", "-f", "-", stdin=pchannel_yaml("ch-first"))
+    started = time.monotonic()
+    cluster.start_operator()
+    wait_for(lambda: cluster.ready("ch-first"), 10, "ch-first Ready")
+    assert time.monotonic() - started < 5.0
 
 
 def discovered(port: int) -> dict[str, tuple[str, int]]:
