@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client, config
+from prometheus_client import Gauge
 
 from streamwal.coord.coordinator import CoordConfig, Coordinator
 from streamwal.coord.meta_store import VersionConflict
@@ -74,6 +75,14 @@ class OperatorRuntime:
         # Broadcasts are driven by the active replica only (started by `lead`).
         self.coord.broadcaster.held = STANDBY
         self.pods: dict[str, dict[str, Any]] = {}
+        # What Prometheus compares the serving replicas with (the under-replicated alert).
+        self.replicas_wanted = Gauge(
+            "streamwal_pchannel_replicas_wanted",
+            "spec.replicas of every PChannel.",
+            ["pchannel"],
+            registry=self.coord.metrics.registry,
+        )
+        self._wanted: dict[str, int] = {}
         self.grpc_port: int | None = None
         self.metrics_port: int | None = None
         self._server = None
@@ -117,7 +126,7 @@ class OperatorRuntime:
         """This replica was elected: reconcile from a fresh read, drive broadcasts."""
         log.info("operator active: reconciling")
         with suppress(StreamingError):
-            await self.coord.refresh()
+            await self._refresh()
         self.coord.active = True
         self.coord.wake()
         self._spawn(self._start_broadcasts())
@@ -149,13 +158,26 @@ class OperatorRuntime:
     def request_refresh(self) -> None:
         self._refresh_wanted.set()
 
+    async def _refresh(self) -> None:
+        """Re-list PChannels into the coordinator; export their wanted replica counts."""
+        await self.coord.refresh()
+        wanted = {
+            name: int((obj.get("spec") or {}).get("replicas") or 1)
+            for name, obj in self.store.objects.items()
+        }
+        for gone in self._wanted.keys() - wanted.keys():
+            self.replicas_wanted.remove(gone)
+        for name, count in wanted.items():
+            self.replicas_wanted.labels(name).set(count)
+        self._wanted = wanted
+
     async def _refresh_loop(self) -> None:
         """Re-list PChannels after changes, at most every 0.2 s (events come in bursts)."""
         while True:
             await self._refresh_wanted.wait()
             self._refresh_wanted.clear()
             try:
-                await self.coord.refresh()
+                await self._refresh()
             except Exception:
                 log.exception("refresh failed")
             await asyncio.sleep(0.2)
@@ -167,7 +189,7 @@ class OperatorRuntime:
             if not self.coord.active:
                 continue
             try:
-                await self.coord.refresh()
+                await self._refresh()
                 for name in list(self.store.objects):
                     await self.heal(name)
             except StreamingError as err:
@@ -195,7 +217,7 @@ class OperatorRuntime:
     async def heal(self, name: str, refresh: bool = False) -> None:
         """Rewrite status when it differs from what it should say (generation, condition)."""
         if refresh:
-            await self.coord.refresh()
+            await self._refresh()
         obj = self.store.objects.get(name)
         if obj is None:
             self.request_refresh()

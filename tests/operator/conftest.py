@@ -91,7 +91,13 @@ class OperatorProcess:
     """`streamwal operator` as a child process with its own log file."""
 
     def __init__(
-        self, kubeconfig: Path, namespace: str, log: Path, lease: str | None, *extra: str
+        self,
+        kubeconfig: Path,
+        namespace: str,
+        log: Path,
+        lease: str | None,
+        *extra: str,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.log = log
         argv = [
@@ -114,7 +120,7 @@ class OperatorProcess:
             "2",
             *extra,
         ]
-        env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+        env = {**os.environ, **(env or {}), "KUBECONFIG": str(kubeconfig)}
         env.pop("KUBERNETES_SERVICE_HOST", None)
         with log.open("ab") as out:
             self.proc = subprocess.Popen(
@@ -160,7 +166,13 @@ class Cluster:
     """PChannels, node pods and operators in one namespace of the real API server."""
 
     def __init__(
-        self, cp: ControlPlane, namespace: str, kubectl: Kubectl, kube_bin: Path, tmp: Path
+        self,
+        cp: ControlPlane,
+        namespace: str,
+        kubectl: Kubectl,
+        kube_bin: Path,
+        tmp: Path,
+        rbac: bool = True,
     ) -> None:
         self.cp = cp
         self.ns = namespace
@@ -171,16 +183,29 @@ class Cluster:
         self.core = client.CoreV1Api(self.api)
         self.nodes: dict[int, LocalNode] = {}
         self.operators: list[OperatorProcess] = []
-        kubectl("apply", "-f", "-", stdin=chart_rbac(kube_bin, namespace))
-        # What the chart's operator pod authenticates with: its ServiceAccount's token.
-        self.operator_kubeconfig = cp.service_account_kubeconfig(
-            tmp / "operator.kubeconfig", namespace, OPERATOR_ACCOUNT
-        )
+        self._operator_kubeconfig: Path | None = None
+        if rbac:  # else the test installs the chart, RBAC included
+            kubectl("apply", "-f", "-", stdin=chart_rbac(kube_bin, namespace))
+
+    @property
+    def operator_kubeconfig(self) -> Path:
+        """What the chart's operator pod authenticates with: its ServiceAccount's token."""
+        if self._operator_kubeconfig is None:
+            self._operator_kubeconfig = self.cp.service_account_kubeconfig(
+                self.tmp / "operator.kubeconfig", self.ns, OPERATOR_ACCOUNT
+            )
+        return self._operator_kubeconfig
 
     # ------------------------------------------------------------ pods
-    def add_node(self, node_id: int) -> LocalNode:
+    def add_node(
+        self, node_id: int, env: dict[str, str] | None = None, extra_args: tuple[str, ...] = ()
+    ) -> LocalNode:
         node = LocalNode(
-            self.tmp / f"node{node_id}" / "data", node_id=node_id, host=f"127.0.0.{node_id + 1}"
+            self.tmp / f"node{node_id}" / "data",
+            node_id=node_id,
+            host=f"127.0.0.{node_id + 1}",
+            extra_args=extra_args,
+            env=env,
         ).start()
         self.nodes[node_id] = node
         pod = {
@@ -226,12 +251,14 @@ class Cluster:
         self.set_ready(node_id, False)
 
     # ------------------------------------------------------------ operators
-    def start_operator(self, *extra: str, lease: str | None = LEASE) -> OperatorProcess:
+    def start_operator(
+        self, *extra: str, lease: str | None = LEASE, env: dict[str, str] | None = None
+    ) -> OperatorProcess:
         """`streamwal operator` as the chart runs it (its ServiceAccount, a Lease);
         `lease=None` runs it alone (a restart after a SIGKILL need not wait for the
         dead one's Lease to expire)."""
         log = self.tmp / f"operator{len(self.operators)}.log"
-        op = OperatorProcess(self.operator_kubeconfig, self.ns, log, lease, *extra)
+        op = OperatorProcess(self.operator_kubeconfig, self.ns, log, lease, *extra, env=env)
         self.operators.append(op)
         return op
 
@@ -290,7 +317,8 @@ def cluster(
     tmp_path: Path,
     request,
 ) -> Iterator[Cluster]:
-    c = Cluster(kube_control_plane, kube_ns, kubectl, kube_bin, tmp_path)
+    options = getattr(request, "param", {})  # e.g. {"rbac": False}, by indirect parametrize
+    c = Cluster(kube_control_plane, kube_ns, kubectl, kube_bin, tmp_path, **options)
     try:
         yield c
     finally:
