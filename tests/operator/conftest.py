@@ -290,6 +290,9 @@ class Cluster:
         ]
 
     def close(self) -> None:
+        for op in self.operators:  # all stop at once, then each is waited for
+            if op.proc.poll() is None:
+                op.proc.terminate()
         for op in self.operators:
             op.stop()
         for node in self.nodes.values():

@@ -40,8 +40,11 @@ def test_apply_assigns_to_real_nodes_and_kubectl_shows_node_and_term(cluster: Cl
         assert cond["reason"] == "Assigned" and f"term {st['term']}" in cond["message"]
     # Both nodes got work (the balancer spreads new channels).
     assert {o["status"]["node"]["id"] for o in objs.values()} == {1, 2}
-    # GitOps: spec is the user's alone. The server records who wrote which field.
+    # GitOps: spec is the user's alone. The server records who wrote which field. Kopf
+    # keeps no state on the objects either.
     for obj in objs.values():
+        annotations = obj["metadata"].get("annotations") or {}
+        assert not [a for a in annotations if a.startswith("streamwal.io")], annotations
         for entry in obj["metadata"]["managedFields"]:
             if "f:spec" in entry.get("fieldsV1", {}):
                 assert entry["manager"].startswith("kubectl"), entry
