@@ -243,6 +243,7 @@ def test_coord_mode_replaces_the_operator(kube_bin: Path) -> None:
     ]
     assert not [d for d in docs if d["kind"] in ("Role", "RoleBinding")]
     coord = find(docs, "Deployment", "-coord")
+    assert coord["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
     args = coord["spec"]["template"]["spec"]["containers"][0]["args"]
     nodes = next(a for a in args if a.startswith("--nodes="))
     assert nodes == (
