@@ -18,6 +18,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,16 @@ def pchannel_yaml(*names: str, **spec: Any) -> str:
         for n in names
     ]
     return yaml.safe_dump_all(docs)
+
+
+def log_time(text: str, msg: str) -> float | None:
+    """Wall-clock time of the first JSON log line whose msg is `msg`."""
+    for line in text.splitlines():
+        if f'"msg": "{msg}"' in line:
+            ts = json.loads(line)["ts"]
+            stamp = datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+            return stamp.timestamp()
+    return None
 
 
 def collect_status(address: str, timeout: float = 2.0) -> dict[str, int]:

@@ -4,24 +4,12 @@ duration (15 s) of its last renewal, so within 15 s of the kill."""
 
 from __future__ import annotations
 
-import json
 import time
-from datetime import UTC, datetime
 
 import pytest
 from kubernetes import client
 
-from tests.operator.conftest import LEASE, Cluster, pchannel_yaml, wait_for
-
-
-def log_time(text: str, msg: str) -> float | None:
-    """Wall-clock time of the first JSON log line whose msg is `msg`."""
-    for line in text.splitlines():
-        if f'"msg": "{msg}"' in line:
-            ts = json.loads(line)["ts"]
-            stamp = datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
-            return stamp.timestamp()
-    return None
+from tests.operator.conftest import LEASE, Cluster, log_time, pchannel_yaml, wait_for
 
 
 @pytest.mark.slow
