@@ -367,7 +367,11 @@ class Coordinator:
             raise InvalidArgument(f"pchannel {name!r}: no node holds its log")
         self._accepting.add(name)
         try:
-            if not await self._reassign(name, holder, "accept-data-loss"):
+            for _ in range(3):  # a status write racing ours (the operator) is retried
+                if await self._reassign(name, holder, "accept-data-loss"):
+                    break
+                await self.refresh()
+            else:
                 raise Inner(f"accepting the loss of {name!r} failed: see the coord's log")
         finally:
             self._accepting.discard(name)

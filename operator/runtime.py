@@ -21,13 +21,17 @@ from prometheus_client import Gauge
 from streamwal.coord.coordinator import CoordConfig, Coordinator
 from streamwal.coord.meta_store import VersionConflict
 from streamwal.coord.server import serve_metrics, start_grpc
-from streamwal.errors import StreamingError
+from streamwal.errors import InvalidArgument, StreamingError
 from streamwal.operator import pods as podlib
 from streamwal.operator import status as st
 from streamwal.operator.kube_meta_store import GROUP, KIND, VERSION, KubeMetaStore
 from streamwal.tasks import cancel_and_wait
 
 log = logging.getLogger("streamwal.operator")
+
+# `kubectl annotate pch NAME streamwal.io/accept-data-loss=true`: the Kubernetes face of
+# `streamwal channel accept-loss` (a one-shot action, removed once carried out).
+ACCEPT_DATA_LOSS = "streamwal.io/accept-data-loss"
 
 STANDBY = "this operator replica is not the active one"
 # A broadcast store that failed to load (say, the ConfigMap API refused) is retried.
@@ -197,6 +201,9 @@ class OperatorRuntime:
 
     async def pchannel_event(self, name: str, body: dict[str, Any]) -> None:
         """A PChannel changed: refresh the view; a new generation is acknowledged at once."""
+        annotations = (body.get("metadata") or {}).get("annotations") or {}
+        if self.coord.active and annotations.get(ACCEPT_DATA_LOSS) == "true":
+            await self._accept_data_loss(name)
         generation = (body.get("metadata") or {}).get("generation")
         observed = (body.get("status") or {}).get("observedGeneration")
         if self.coord.active and generation and observed is not None and generation != observed:
@@ -205,6 +212,33 @@ class OperatorRuntime:
             except StreamingError as err:
                 log.warning("heal failed", extra={"pchannel": name, "error": str(err)})
         self.request_refresh()
+
+    async def _accept_data_loss(self, name: str) -> None:
+        """The user accepts that a single copy lost acknowledged records (see the DataLoss
+        condition): it is served again above every acknowledged offset; the annotation
+        goes once that is done, or at once when there is no loss to accept."""
+        try:
+            await self.coord.accept_data_loss(name)
+        except InvalidArgument as err:  # nothing to accept (any more)
+            log.info(
+                "accept-data-loss annotation ignored", extra={"pchannel": name, "why": str(err)}
+            )
+        except StreamingError as err:
+            log.warning(
+                "accepting the data loss failed", extra={"pchannel": name, "error": str(err)}
+            )
+            return
+        else:
+            self.store.notes.pop(name, None)
+            self._spawn(
+                self.post_event(
+                    name,
+                    "DataLossAccepted",
+                    "served again above every acknowledged offset",
+                    "Warning",
+                )
+            )
+        await self.store.remove_annotation(name, ACCEPT_DATA_LOSS)
 
     def pod_event(self, kind: str | None, pod: dict[str, Any]) -> None:
         name = pod["metadata"]["name"]
@@ -258,7 +292,8 @@ class OperatorRuntime:
         elif kind == "data-loss":
             message = (
                 f"the only copy lost acknowledged records: {fields.get('cause')}; it is not "
-                "served until the loss is accepted (`streamwal channel accept-loss`)"
+                f"served until the loss is accepted: kubectl annotate pch {name} "
+                f"{ACCEPT_DATA_LOSS}=true"
             )
             self.store.notes[name] = st.Note("DataLoss", message)
             self._spawn(self.post_event(name, "DataLoss", message, "Warning"))
