@@ -1,0 +1,207 @@
+"""What the nemesis tests run against a cluster and record: producers, a reader, a final
+read from the start, and the history checks the shared checker does not make yet.
+
+Producers send ``b"<producer>:<index>"`` payloads (indices grow; `checker.payload`) with
+a window of sends in flight, through the routed client as an application would. A send
+that fails is not retried (its payload may or may not be in the log, at most once); a
+producer that broke for good is replaced by a new one, so writes resume whenever the
+cluster lets them. Every acknowledgement is kept with its send and ack times, which give
+the unavailability window of a fault: from the fault to the first ack of a message sent
+after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from streamwal.client.policy import DeliverPolicy
+from streamwal.client.routing import RoutedConsumer, RoutedProducer
+from streamwal.client.wal import WAL
+from streamwal.errors import StreamingError
+from tests.replication.checker import Acked, payload
+from tests.support import wait_for
+
+
+@dataclass
+class Producers:
+    """`count` producers appending to `pchannel` until `stop()`."""
+
+    wal: WAL
+    pchannel: str
+    count: int = 2
+    window: int = 8
+    name: str = "p"
+    acked: list[Acked] = field(default_factory=list)
+    ack_times: list[tuple[float, float]] = field(default_factory=list)  # (sent, acked)
+    failed: int = 0
+    reopened: int = 0
+    errors: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    _stop: asyncio.Event = field(default_factory=asyncio.Event)
+    _tasks: list[asyncio.Task] = field(default_factory=list)
+
+    def start(self) -> Producers:
+        self._tasks = [asyncio.create_task(self._run(f"{self.name}{i}")) for i in range(self.count)]
+        return self
+
+    async def _run(self, name: str) -> None:
+        index = 0
+        while not self._stop.is_set():
+            try:
+                producer = await self.wal.producer(self.pchannel, producer_id=f"nemesis-{name}")
+            except StreamingError as exc:
+                self._error(exc)
+                await asyncio.sleep(0.2)
+                continue
+            try:
+                index = await self._send_until_broken(name, producer, index)
+            finally:
+                with contextlib.suppress(StreamingError, TimeoutError):
+                    await asyncio.wait_for(producer.close(), 5)
+            self.reopened += 1
+
+    async def _send_until_broken(self, name: str, producer: RoutedProducer, index: int) -> int:
+        slots = asyncio.Semaphore(self.window)
+        broken = asyncio.Event()
+        sends: set[asyncio.Task] = set()
+
+        async def one(i: int) -> None:
+            sent = time.monotonic()
+            try:
+                result = await producer.send(payload(name, i))
+                self.acked.append(Acked(name, i, result.offset))
+                self.ack_times.append((sent, time.monotonic()))
+            except StreamingError as exc:
+                self._error(exc)
+                broken.set()
+            finally:
+                slots.release()
+
+        while not self._stop.is_set() and not broken.is_set():
+            await slots.acquire()
+            if self._stop.is_set() or broken.is_set():
+                slots.release()
+                break
+            task = asyncio.create_task(one(index))
+            sends.add(task)
+            task.add_done_callback(sends.discard)
+            index += 1
+        if sends:
+            await asyncio.wait(sends, timeout=60)
+        return index
+
+    def _error(self, exc: StreamingError) -> None:
+        self.failed += 1
+        self.errors[type(exc).__name__] += 1
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=90)
+        for task in self._tasks:
+            task.cancel()
+
+    def acks_since(self, moment: float) -> int:
+        return sum(1 for sent, _ in self.ack_times if sent > moment)
+
+    def first_ack_after(self, moment: float) -> float | None:
+        """Seconds from `moment` to the first ack of a message sent after it (an ack
+        already on its way before the fault does not count)."""
+        later = [acked for sent, acked in self.ack_times if sent > moment]
+        return min(later) - moment if later else None
+
+    async def wait_ack_after(self, moment: float, timeout: float) -> float | None:
+        """The window after `moment` (None if no ack came within `timeout`)."""
+        with contextlib.suppress(TimeoutError):
+            await wait_for(lambda: self.first_ack_after(moment) is not None, timeout, 0.05)
+        return self.first_ack_after(moment)
+
+    async def wait_acks(self, count: int, timeout: float = 30.0) -> None:
+        target = len(self.acked) + count
+        await wait_for(lambda: len(self.acked) >= target, timeout, 0.05, f"{count} more acks")
+
+
+class Reader:
+    """A routed consumer reading `pchannel` from the start for the whole run."""
+
+    def __init__(self, wal: WAL, pchannel: str) -> None:
+        self.wal = wal
+        self.pchannel = pchannel
+        self.seen: list[tuple[int, bytes]] = []
+        self.errors: list[str] = []
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> Reader:
+        self._task = asyncio.create_task(self._run())
+        return self
+
+    async def _run(self) -> None:
+        while True:
+            last = self.seen[-1][0] if self.seen else None
+            policy = DeliverPolicy.all() if last is None else DeliverPolicy.start_after(last)
+            consumer = RoutedConsumer(self.wal.router, self.pchannel, policy)
+            try:
+                await consumer.open()
+                while (batch := await consumer.next_batch()) is not None:
+                    self.seen.extend((m.offset, m.payload) for m in batch if m.payload)
+            except StreamingError as exc:
+                self.errors.append(repr(exc))
+                await asyncio.sleep(0.2)
+            finally:
+                with contextlib.suppress(StreamingError):
+                    await consumer.close()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, StreamingError):
+                await self._task
+
+
+async def read_from_start(wal: WAL, pchannel: str, timeout: float = 30.0) -> list:
+    """Every message of `pchannel` up to its end now, read through its current owner;
+    AssertionError if the read stalls (`timeout`) or ends early."""
+    end = await asyncio.wait_for(wal.end_offset(pchannel), timeout)
+    got: list[tuple[int, bytes]] = []
+    consumer = await asyncio.wait_for(
+        wal.consumer(pchannel, DeliverPolicy.all(), time_ticks=True, end_offset=end), timeout
+    )
+
+    async def read() -> None:
+        while (batch := await consumer.next_batch()) is not None:
+            got.extend((m.offset, m.payload) for m in batch)
+
+    try:
+        await asyncio.wait_for(read(), timeout)
+    except TimeoutError:
+        last = got[-1][0] if got else None
+        raise AssertionError(
+            f"a reader from the start stalled: {len(got)} messages (last offset {last}) "
+            f"of a log ending at {end} within {timeout}s"
+        ) from None
+    finally:
+        await consumer.close()
+    last = got[-1][0] if got else -1
+    assert last + 1 >= end, f"a reader from the start ended at {last}, the log ends at {end}"
+    return [(offset, body) for offset, body in got if body]
+
+
+def acked_twice(acked: list[Acked]) -> list[str]:
+    """Offsets acknowledged to more than one message (a log that lost its end and handed
+    the offsets out again)."""
+    by_offset: dict[int, set[bytes]] = defaultdict(set)
+    for a in acked:
+        by_offset[a.offset].add(a.payload)
+    return [
+        f"offset {offset} acknowledged to {sorted(bodies)}"
+        for offset, bodies in sorted(by_offset.items())
+        if len(bodies) > 1
+    ]
+
+
+def lost(acked: list[Acked], log: dict[int, bytes]) -> list[Acked]:
+    """Acknowledged messages that are not at their offset in `log` (offset -> payload)."""
+    return [a for a in acked if log.get(a.offset) != a.payload]
