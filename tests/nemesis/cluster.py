@@ -11,6 +11,7 @@ from pathlib import Path
 from grpc import aio
 
 from streamwal.coord.local_cluster import LocalCluster
+from streamwal.errors import Unavailable
 from streamwal.node.local import LocalNode
 from streamwal.proto import streaming_pb2 as pb
 from tests.nemesis import faults
@@ -97,12 +98,21 @@ class NemesisCluster(LocalCluster):
     async def check(
         self, name: str, acked: list[Acked], seen: list[tuple[int, bytes]] = ()
     ) -> Verdict:
-        """The replication checker over every member's log of `name`."""
+        """The replication checker over every member's log of `name`. A node restarted a
+        moment ago may still be in gRPC's reconnect backoff (subchannels are shared):
+        reads are retried for a bounded time."""
         d = (await self.describe())[name]
         members = {m.server_id: m.address for m in d.members} or {
             d.meta.node.server_id: d.meta.node.address
         }
-        return check(await read_replicas(members, name), acked, seen)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                return check(await read_replicas(members, name), acked, seen)
+            except Unavailable:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.5)
 
 
 class LeaderWatch:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -112,6 +113,17 @@ class Producers:
         already on its way before the fault does not count)."""
         later = [acked for sent, acked in self.ack_times if sent > moment]
         return min(later) - moment if later else None
+
+    def last_ack(self) -> float:
+        return max((acked for _, acked in self.ack_times), default=0.0)
+
+    def longest_gap(self, start: float, end: float) -> float:
+        """The longest time within [start, end] without an acknowledgement: how long the
+        producers could not write (an ack that slipped through before the stall, e.g.
+        into a preallocated file, does not hide it)."""
+        points = sorted(acked for _, acked in self.ack_times if start < acked < end)
+        edges = [start, *points, end]
+        return max(b - a for a, b in itertools.pairwise(edges))
 
     async def wait_ack_after(self, moment: float, timeout: float) -> float | None:
         """The window after `moment` (None if no ack came within `timeout`)."""
