@@ -173,32 +173,35 @@ class Reader:
                 await self._task
 
 
-async def read_from_start(wal: WAL, pchannel: str, timeout: float = 30.0) -> list:
-    """Every message of `pchannel` up to its end now, read through its current owner;
-    AssertionError if the read stalls (`timeout`) or ends early."""
+async def read_from_start(
+    wal: WAL, pchannel: str, timeout: float = 30.0, into: list | None = None
+) -> list[tuple[int, bytes]]:
+    """Every message (offset, payload) of `pchannel` up to its end now, read through its
+    current owner; AssertionError if the read stalls (`timeout`) or ends early. `into`
+    receives what was read also when it fails."""
     end = await asyncio.wait_for(wal.end_offset(pchannel), timeout)
-    got: list[tuple[int, bytes]] = []
+    got: list[tuple[int, bytes]] = [] if into is None else into
     consumer = await asyncio.wait_for(
         wal.consumer(pchannel, DeliverPolicy.all(), time_ticks=True, end_offset=end), timeout
     )
 
     async def read() -> None:
         while (batch := await consumer.next_batch()) is not None:
-            got.extend((m.offset, m.payload) for m in batch)
+            got.extend((m.offset, m.payload) for m in batch if m.payload)
+            last[0] = batch[-1].offset if batch else last[0]
 
+    last = [-1]
     try:
         await asyncio.wait_for(read(), timeout)
     except TimeoutError:
-        last = got[-1][0] if got else None
         raise AssertionError(
-            f"a reader from the start stalled: {len(got)} messages (last offset {last}) "
+            f"a reader from the start stalled: {len(got)} messages (last offset {last[0]}) "
             f"of a log ending at {end} within {timeout}s"
         ) from None
     finally:
         await consumer.close()
-    last = got[-1][0] if got else -1
-    assert last + 1 >= end, f"a reader from the start ended at {last}, the log ends at {end}"
-    return [(offset, body) for offset, body in got if body]
+    assert last[0] + 1 >= end, f"a reader from the start ended at {last[0]}, the log ends at {end}"
+    return got
 
 
 def acked_twice(acked: list[Acked]) -> list[str]:
