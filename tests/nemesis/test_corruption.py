@@ -164,15 +164,15 @@ async def test_minority_corrupted_then_leader_killed(nemesis, target: str) -> No
         gone = lost(acked, dict(read))
         if gone:
             problems.append(f"{len(gone)} acknowledged messages not read (first {gone[0]})")
-        led = load.watch.led_by(victim, since=corrupted_at)
-        if led and problems:  # leading is fine once rebuilt: the read and the replicas say
-            problems.append(f"the corrupted replica {victim} led (pchannel, term) {led}")
         verdict = await cluster.check(name, acked, load.reader.seen)
         if not verdict.ok:
             problems.append(f"replicas: {verdict.summary()[:3000]}")
         twice = acked_twice(acked)
         if twice:
             problems.append(f"offsets acknowledged twice: {twice[:5]}")
+        led = load.watch.led_by(victim, since=corrupted_at)
+        if led and problems:  # leading is fine once rebuilt: the read and the replicas say
+            problems.append(f"the corrupted replica {victim} led (pchannel, term) {led}")
         print(
             f"minority {target}: node {victim}: {done}; leader {leader} killed, node "
             f"{new_leader} led next; {len(acked)} acknowledged, {len(read)} read back; "
