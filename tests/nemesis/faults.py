@@ -218,12 +218,12 @@ class Network:
             raise result[0]
         return result[0]
 
-    def isolate(self, host: int, peers: list[int]) -> None:
+    def isolate(self, host: int, peers: list[int], gateway: bool = False) -> None:
         """Drop every packet between `host` and `peers` (both ways, established
-        connections too); the bridge (coord, test) still reaches it."""
+        connections too); the bridge (coord, test) still reaches it unless `gateway`."""
         ns = self.names[host]
-        for peer in peers:
-            ip = self.address(peer)
+        ips = [self.address(peer) for peer in peers] + ([self.gateway] if gateway else [])
+        for ip in ips:
             run("ip", "netns", "exec", ns, "iptables", "-w", "-A", "INPUT", "-s", ip, "-j", "DROP")
             run("ip", "netns", "exec", ns, "iptables", "-w", "-A", "OUTPUT", "-d", ip, "-j", "DROP")
 

@@ -89,11 +89,12 @@ class LoadedCluster:
         inject: Callable[[], Awaitable[None] | None],
         heal: Callable[[], Awaitable[None] | None],
         hold: float = 0.0,
+        patience: float = MEASURE,
     ) -> Outcome:
         """Inject; keep the fault `hold` seconds, and longer while writes are stopped
-        (until they resume, at most MEASURE seconds in all); heal; wait until the replicas
-        are healthy again. The outcome's gap is the longest time without an ack from the
-        fault to that end."""
+        (until they resume, at most `patience` seconds in all); heal; wait until the
+        replicas are healthy again. The outcome's gap is the longest time without an ack
+        from the fault to that end."""
         assert self.producers is not None and self.watch is not None
         producers = self.producers
         await _call(inject)
@@ -103,7 +104,7 @@ class LoadedCluster:
             stopped = lambda: time.monotonic() - producers.last_ack() > RECOVERY  # noqa: E731
             if stopped():
                 with contextlib.suppress(TimeoutError):
-                    await wait_for(lambda: not stopped(), injected + MEASURE - time.monotonic())
+                    await wait_for(lambda: not stopped(), injected + patience - time.monotonic())
             ended = time.monotonic()
         finally:
             await _call(heal)
