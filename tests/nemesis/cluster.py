@@ -108,7 +108,10 @@ class NemesisCluster(LocalCluster):
         deadline = time.monotonic() + 30
         while True:
             try:
-                return check(await read_replicas(members, name), acked, seen)
+                logs = await asyncio.wait_for(read_replicas(members, name), 30)
+                return check(logs, acked, seen)
+            except TimeoutError:
+                raise AssertionError(f"reading the replicas of {name} stalled for 30s") from None
             except Unavailable:
                 if time.monotonic() > deadline:
                     raise

@@ -25,7 +25,7 @@ from tests.support import wait_for
 GRACE = 1.0  # the coord's: a node silent this long is lost
 PROBE = 0.2
 RECOVERY = GRACE + 1.0  # issue 22: writes flow again within grace + 1 s
-MEASURE = 15.0  # how long a fault is held at most while writes are stopped
+MEASURE = 10.0  # how long a fault is held at most while writes are stopped
 
 
 @dataclass

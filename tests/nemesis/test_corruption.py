@@ -92,7 +92,7 @@ async def test_one_copy_corrupted(nemesis, target: str) -> None:
         new: list[Acked] = []
         if not errors:
             try:
-                await read_from_start(wal, name, timeout=20, into=read)
+                await read_from_start(wal, name, timeout=10, into=read)
             except (StreamingError, TimeoutError, AssertionError) as exc:
                 errors.append(f"read: {type(exc).__name__}: {exc}")
             new, error = await produce_after(wal, name)
@@ -149,7 +149,7 @@ async def test_minority_corrupted_then_leader_killed(nemesis, target: str) -> No
         after = Producers(load.wal, name, name="q").start()
         problems = []
         try:
-            await after.wait_acks(200, timeout=30)
+            await after.wait_acks(200, timeout=15)
         except TimeoutError:
             problems.append(f"writes did not resume: {after.errors}")
         await after.stop()
@@ -158,15 +158,18 @@ async def test_minority_corrupted_then_leader_killed(nemesis, target: str) -> No
         read: list[tuple[int, bytes]] = []
         try:
             await cluster.wait_healthy([name], timeout=60)
-            await read_from_start(load.wal, name, timeout=30, into=read)
+            await read_from_start(load.wal, name, timeout=15, into=read)
         except (AssertionError, StreamingError, TimeoutError) as exc:
             problems.append(f"the read from the start failed: {exc}")
         gone = lost(acked, dict(read))
         if gone:
             problems.append(f"{len(gone)} acknowledged messages not read (first {gone[0]})")
-        verdict = await cluster.check(name, acked, load.reader.seen)
-        if not verdict.ok:
-            problems.append(f"replicas: {verdict.summary()[:3000]}")
+        try:
+            verdict = await cluster.check(name, acked, load.reader.seen)
+            if not verdict.ok:
+                problems.append(f"replicas: {verdict.summary()[:3000]}")
+        except (AssertionError, StreamingError) as exc:
+            problems.append(f"replicas: {exc}")
         twice = acked_twice(acked)
         if twice:
             problems.append(f"offsets acknowledged twice: {twice[:5]}")

@@ -66,7 +66,7 @@ async def test_leader_disk_full_or_read_only(nemesis, fault: str) -> None:
             await load.cluster.start_node(leader)
 
         outcome = await load.fault(
-            f"disk {fault}", leader, inject, heal, hold=nemesis.rng.uniform(3.0, 6.0)
+            f"disk {fault}", leader, inject, heal, hold=nemesis.rng.uniform(2.5, 4.0)
         )
         outcome.notes.extend(notes)
         outcome = await load.finish(outcome)

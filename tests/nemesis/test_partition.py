@@ -28,7 +28,7 @@ async def test_leader_cut_off_from_its_followers_only(nemesis) -> None:
             leader,
             lambda: network.isolate(leader, followers),
             lambda: network.heal(leader),
-            hold=nemesis.rng.uniform(3.0, 6.0),
+            hold=nemesis.rng.uniform(2.5, 4.0),
         )
         assert_promise(await load.finish(outcome))
     finally:

@@ -33,7 +33,7 @@ async def test_leader_paused_or_killed(nemesis, fault: str) -> None:
             else (node.kill, lambda: load.cluster.start_node(leader))
         )
         outcome = await load.fault(
-            f"leader {fault}", leader, inject, heal, hold=nemesis.rng.uniform(3.0, 6.0)
+            f"leader {fault}", leader, inject, heal, hold=nemesis.rng.uniform(2.5, 4.0)
         )
         outcome = await load.finish(outcome)
         assert await load.cluster.term(load.name) > term, "the pchannel never moved"

@@ -11,7 +11,8 @@ restarts on what is left.
 - ``--durability async`` acknowledges once the OS has the write: it survives kill -9,
   not a power loss. The test measures how many acknowledged messages a power loss takes
   (and over how many seconds before it) and whether the restarted cluster hands their
-  offsets out again; it asserts only that the cluster serves again.
+  offsets out again; it asserts only that the cluster serves again. (On 3 nodes, where
+  followers write synced and so sync the leader's WAL too, it runs in the long schedule.)
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ PROBE = 0.2
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize(("durability", "nodes"), [("sync", 3), ("async", 3), ("async", 1)])
 async def test_power_loss_on_every_node_at_once(nemesis, durability: str, nodes: int) -> None:
+    if (durability, nodes) == ("async", 3) and not nemesis.long:
+        pytest.skip("the long schedule measures async durability on 3 nodes (--nemesis-long)")
     mounts = [nemesis.lazy_mount(nemesis.root / f"node{i}") for i in range(1, nodes + 1)]
     mounts.append(nemesis.lazy_mount(nemesis.root / "meta"))
     cluster = nemesis.cluster(
