@@ -86,6 +86,12 @@ class NemesisCluster(LocalCluster):
             return d.meta.state == ASSIGNED
         return False
 
+    async def caught_up(self, name: str, max_lag: int = 1000) -> bool:
+        """Healthy, and every follower within `max_lag` records of the leader."""
+        with contextlib.suppress(aio.AioRpcError, KeyError):
+            return await self.replicas_healthy(name, max_lag)
+        return False
+
     async def wait_healthy(self, names: list[str], timeout: float = 30.0) -> None:
         for name in names:
             try:

@@ -19,18 +19,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import subprocess
+import sys
 import time
 
 import pytest
 
 from streamwal.client.wal import WAL, connect
-from streamwal.errors import StreamingError
+from streamwal.errors import DataLoss, StreamingError
 from tests.nemesis import faults
+from tests.nemesis.cluster import ASSIGNED
 from tests.nemesis.history import Producers, acked_twice, lost, read_from_start
 from tests.nemesis.scenarios import GRACE, PROBE, LoadedCluster
 from tests.replication.checker import Acked, payload, read_replicas
 from tests.support import wait_for
 
+REBUILD = 30.0  # seconds a damaged replica may take to be rebuilt, from its restart
 NAMES_CORRUPTION = re.compile(r"corrupt|data.?loss|checksum", re.IGNORECASE)
 
 
@@ -67,10 +71,39 @@ async def produce_after(wal: WAL, name: str, count: int = 20) -> tuple[list[Acke
     return acked, ""
 
 
+async def settled(cluster, name: str) -> tuple[str, str] | None:
+    """("data loss", why) once the coord shows the pchannel's loss, ("assigned", "") once
+    it serves it, None before either."""
+    d = (await cluster.describe()).get(name)
+    if d is not None and d.data_loss:
+        return "data loss", d.data_loss
+    if d is not None and d.meta.state == ASSIGNED:
+        return "assigned", ""
+    return None
+
+
+def accept_loss(cluster, name: str) -> str:
+    """`streamwal channel accept-loss`, as an operator runs it; its output."""
+    done = subprocess.run(
+        [sys.executable, "-m", "streamwal", "channel", "accept-loss", name,
+         "--coord", cluster.coord_address],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, f"accept-loss failed: {done.stderr}"
+    return done.stdout + done.stderr
+
+
 @pytest.mark.slow
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(150)
 @pytest.mark.parametrize("target", ["wal-flip", "wal-truncate", "sst-flip", "sst-truncate"])
 async def test_one_copy_corrupted(nemesis, target: str) -> None:
+    """After the damage the pchannel is either served whole or refused (DATA_LOSS in
+    `channel describe`, errors naming it); a refused one is accepted with `channel
+    accept-loss` and must then serve again, its new offsets above every acknowledged one
+    and a reader from the start not stalling. (A damaged table needs the node restarted,
+    which salvages the store, before the loss can be accepted: the test does that when
+    the first accept-loss fails.) A node that cannot start at all must say why in one
+    line naming the corruption."""
     cluster = nemesis.cluster(1, grace=GRACE, probe_interval=PROBE)
     await cluster.start()
     (name,) = await cluster.create_channels(1, prefix="one", replicas=1)
@@ -82,33 +115,62 @@ async def test_one_copy_corrupted(nemesis, target: str) -> None:
         cluster.kill_node(1)
         await work.stop()
         done = damage(cluster.data_dir(1), target, nemesis.rng)
+        log_start = cluster.nodes[1].log_path.stat().st_size
 
-        errors: list[str] = []
         try:
             await cluster.start_node(1)
-        except (RuntimeError, TimeoutError) as exc:
-            errors.append(f"the node did not start: {exc}")
+        except (RuntimeError, TimeoutError):
+            with open(cluster.nodes[1].log_path, errors="replace") as f:
+                f.seek(log_start)
+                lines = f.read().splitlines()
+            print(f"{target}: {done}; the node did not start; last line: {lines[-1][:500]}")
+            assert NAMES_CORRUPTION.search(lines[-1]) and not any(
+                "Traceback" in line or '"exc"' in line for line in lines
+            ), f"the node did not start and did not say why in one line: {lines[-12:]}"
+            return
+
+        state, why = await wait_for(lambda: settled(cluster, name), 30, 0.2, "assigned or lost")
+        errors = [f"describe: {why}"] if why else []
         read: list[tuple[int, bytes]] = []
-        new: list[Acked] = []
-        if not errors:
-            try:
-                await read_from_start(wal, name, timeout=10, into=read)
-            except (StreamingError, TimeoutError, AssertionError) as exc:
-                errors.append(f"read: {type(exc).__name__}: {exc}")
-            new, error = await produce_after(wal, name)
-            if error:
-                errors.append(f"produce: {error}")
+        with contextlib.suppress(StreamingError, TimeoutError, AssertionError):
+            await read_from_start(wal, name, timeout=10, into=read)
         gone = lost(work.acked, dict(read))
+        accepted = ""
+        if state == "data loss":
+            try:
+                accepted = accept_loss(cluster, name)
+            except AssertionError as exc:  # a damaged table: "restart the node" first
+                errors.append(f"first accept-loss: {exc}")
+                cluster.kill_node(1)
+                await cluster.start_node(1)
+                await wait_for(lambda: settled(cluster, name), 30, 0.2, "assigned or lost")
+                accepted = accept_loss(cluster, name)
+            await cluster.wait_healthy([name])
+        new, error = await produce_after(wal, name)
+        if error:
+            errors.append(f"produce: {error}")
+        after: list[tuple[int, bytes]] = []
+        try:
+            await read_from_start(wal, name, timeout=10, into=after)
+        except (StreamingError, TimeoutError, AssertionError) as exc:
+            errors.append(f"read after: {type(exc).__name__}: {exc}")
         twice = acked_twice([*work.acked, *new])
         named = [e for e in errors if NAMES_CORRUPTION.search(e)]
         print(
-            f"{target}: {done}; {len(work.acked)} acknowledged, {len(gone)} not read back, "
-            f"{len(new)} new acks, {len(twice)} offsets acknowledged twice; errors {errors}"
+            f"{target}: {done}; {state}; {len(work.acked)} acknowledged, {len(gone)} not read "
+            f"back; accepted: {bool(accepted)}; {len(new)} new acks "
+            f"(first at {new[0].offset if new else None}, last old ack "
+            f"{max(a.offset for a in work.acked)}); {len(twice)} offsets acknowledged twice; "
+            f"errors {errors}"
         )
         assert not twice, f"offsets acknowledged twice: {twice[:5]} ({len(twice)} in all)"
         assert not gone or named, (
             f"{len(gone)} of {len(work.acked)} acknowledged messages gone "
             f"(first {gone[0]}) and no error names the corruption: {errors}"
+        )
+        assert len(new) == 20 and not lost(new, dict(after)), (
+            f"after {'accept-loss' if accepted else 'the restart'} the pchannel does not "
+            f"serve: {len(new)} of 20 new messages acknowledged; {errors}"
         )
     finally:
         with contextlib.suppress(Exception):
@@ -165,12 +227,21 @@ async def test_minority_corrupted_then_leader_killed(nemesis, target: str) -> No
         gone = lost(acked, dict(read))
         if gone:
             problems.append(f"{len(gone)} acknowledged messages not read (first {gone[0]})")
-        try:
-            verdict = await cluster.check(name, acked, load.reader.seen)
-            if not verdict.ok:
-                problems.append(f"replicas: {verdict.summary()[:3000]}")
-        except (AssertionError, StreamingError) as exc:
-            problems.append(f"replicas: {exc}")
+        deadline = time.monotonic() + REBUILD
+        while True:  # the damaged replica refuses reads (DATA_LOSS) until it is rebuilt
+            try:
+                verdict = await cluster.check(name, acked, load.reader.seen)
+                if not verdict.ok:
+                    problems.append(f"replicas: {verdict.summary()[:3000]}")
+                break
+            except DataLoss as exc:
+                if time.monotonic() > deadline:
+                    problems.append(f"not rebuilt {REBUILD:.0f}s after the restart: {exc}")
+                    break
+                await asyncio.sleep(1.0)
+            except (AssertionError, StreamingError) as exc:
+                problems.append(f"replicas: {exc}")
+                break
         twice = acked_twice(acked)
         if twice:
             problems.append(f"offsets acknowledged twice: {twice[:5]}")
