@@ -98,12 +98,16 @@ class Producers:
         self.failed += 1
         self.errors[type(exc).__name__] += 1
 
-    async def stop(self) -> None:
+    async def stop(self, timeout: float = 90.0) -> None:
+        """Stop sending; sends in flight get `timeout` seconds to be answered (after a
+        crash they would only wait out the client's failover timeout)."""
         self._stop.set()
         if self._tasks:
-            await asyncio.wait(self._tasks, timeout=90)
+            await asyncio.wait(self._tasks, timeout=timeout)
         for task in self._tasks:
             task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def acks_since(self, moment: float) -> int:
         return sum(1 for sent, _ in self.ack_times if sent > moment)

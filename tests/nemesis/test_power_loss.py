@@ -60,7 +60,7 @@ async def test_power_loss_on_every_node_at_once(nemesis, durability: str, nodes:
         crashed_at = time.monotonic()
         drops = [m.power_loss() for m in mounts]
         for work in before.values():
-            await work.stop()
+            await work.stop(timeout=1.0)
         files, entries = sum(len(d["files"]) for d in drops), sum(d["entries"] for d in drops)
         print(f"power loss: {files} files and {entries} directory entries unsynced")
 
