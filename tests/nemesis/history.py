@@ -23,6 +23,7 @@ from streamwal.client.policy import DeliverPolicy
 from streamwal.client.routing import RoutedConsumer, RoutedProducer
 from streamwal.client.wal import WAL
 from streamwal.errors import StreamingError
+from tests.node.helpers import read_through
 from tests.replication.checker import Acked, payload
 from tests.support import wait_for
 
@@ -65,34 +66,31 @@ class Producers:
             self.reopened += 1
 
     async def _send_until_broken(self, name: str, producer: RoutedProducer, index: int) -> int:
-        slots = asyncio.Semaphore(self.window)
+        """`window` senders, each one send at a time, numbering from `index` (a send
+        enqueues before it first waits, so the numbers reach the log in order) until one
+        fails or the producers stop; returns the next free number."""
+        numbers = itertools.count(index)
         broken = asyncio.Event()
-        sends: set[asyncio.Task] = set()
 
-        async def one(i: int) -> None:
-            sent = time.monotonic()
-            try:
-                result = await producer.send(payload(name, i))
+        async def sender() -> None:
+            while not self._stop.is_set() and not broken.is_set():
+                i, sent = next(numbers), time.monotonic()
+                try:
+                    result = await producer.send(payload(name, i))
+                except StreamingError as exc:
+                    self._error(exc)
+                    broken.set()
+                    return
                 self.acked.append(Acked(name, i, result.offset))
                 self.ack_times.append((sent, time.monotonic()))
-            except StreamingError as exc:
-                self._error(exc)
-                broken.set()
-            finally:
-                slots.release()
 
-        while not self._stop.is_set() and not broken.is_set():
-            await slots.acquire()
-            if self._stop.is_set() or broken.is_set():
-                slots.release()
-                break
-            task = asyncio.create_task(one(index))
-            sends.add(task)
-            task.add_done_callback(sends.discard)
-            index += 1
-        if sends:
-            await asyncio.wait(sends, timeout=60)
-        return index
+        senders = [asyncio.create_task(sender()) for _ in range(self.window)]
+        try:
+            await asyncio.wait(senders, timeout=None)
+        finally:
+            for task in senders:
+                task.cancel()
+        return next(numbers)
 
     def _error(self, exc: StreamingError) -> None:
         self.failed += 1
@@ -178,34 +176,21 @@ class Reader:
 
 
 async def read_from_start(
-    wal: WAL, pchannel: str, timeout: float = 30.0, into: list | None = None
+    wal: WAL, pchannel: str, timeout: float = 30.0
 ) -> list[tuple[int, bytes]]:
     """Every message (offset, payload) of `pchannel` up to its end now, read through its
-    current owner; AssertionError if the read stalls (`timeout`) or ends early. `into`
-    receives what was read also when it fails."""
+    current owner; AssertionError if the read stalls (`timeout`) or ends early."""
     end = await asyncio.wait_for(wal.end_offset(pchannel), timeout)
-    got: list[tuple[int, bytes]] = [] if into is None else into
+    if not end:
+        return []
     consumer = await asyncio.wait_for(
         wal.consumer(pchannel, DeliverPolicy.all(), time_ticks=True, end_offset=end), timeout
     )
-
-    async def read() -> None:
-        while (batch := await consumer.next_batch()) is not None:
-            got.extend((m.offset, m.payload) for m in batch if m.payload)
-            last[0] = batch[-1].offset if batch else last[0]
-
-    last = [-1]
     try:
-        await asyncio.wait_for(read(), timeout)
-    except TimeoutError:
-        raise AssertionError(
-            f"a reader from the start stalled: {len(got)} messages (last offset {last[0]}) "
-            f"of a log ending at {end} within {timeout}s"
-        ) from None
+        messages = await read_through(consumer, end - 1, timeout)
     finally:
         await consumer.close()
-    assert last[0] + 1 >= end, f"a reader from the start ended at {last[0]}, the log ends at {end}"
-    return got
+    return [(m.offset, m.payload) for m in messages if m.payload]
 
 
 def acked_twice(acked: list[Acked]) -> list[str]:

@@ -469,11 +469,14 @@ def serve(backing: Path, mountpoint: Path, control: Path) -> None:
                     self.lookups[ino] -= 1
                     break
 
-        @fuse_errors
-        def releasedir(self, fh):
+        def _close(self, fh: int) -> None:
             self.handles.pop(fh, None)
             self.listings.pop(fh, None)
             self._collect()
+
+        @fuse_errors
+        def releasedir(self, fh):
+            self._close(fh)
 
         @fuse_errors
         def fsyncdir(self, fh, datasync):
@@ -535,8 +538,7 @@ def serve(backing: Path, mountpoint: Path, control: Path) -> None:
 
         @fuse_errors
         def release(self, fh):
-            self.handles.pop(fh, None)
-            self._collect()
+            self._close(fh)
 
         @fuse_errors
         def fsync(self, fh, datasync):

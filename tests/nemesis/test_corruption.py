@@ -133,8 +133,10 @@ async def test_one_copy_corrupted(nemesis, target: str) -> None:
         errors = [f"describe: {why}"] if why else []
         read: list[tuple[int, bytes]] = []
         if state == "assigned":  # served again: then it must be whole
-            with contextlib.suppress(StreamingError, TimeoutError, AssertionError):
-                await read_from_start(wal, name, timeout=10, into=read)
+            try:
+                read = await read_from_start(wal, name, timeout=10)
+            except (StreamingError, TimeoutError, AssertionError) as exc:
+                errors.append(f"read: {type(exc).__name__}: {exc}")
         gone = lost(work.acked, dict(read))
         accepted = ""
         if state == "data loss":
@@ -158,7 +160,7 @@ async def test_one_copy_corrupted(nemesis, target: str) -> None:
             errors.append(f"produce: {error}")
         after: list[tuple[int, bytes]] = []
         try:
-            await read_from_start(wal, name, timeout=10, into=after)
+            after = await read_from_start(wal, name, timeout=10)
         except (StreamingError, TimeoutError, AssertionError) as exc:
             errors.append(f"read after: {type(exc).__name__}: {exc}")
         twice = acked_twice([*work.acked, *new])
@@ -228,7 +230,7 @@ async def test_minority_corrupted_then_leader_killed(nemesis, target: str) -> No
         read: list[tuple[int, bytes]] = []
         try:
             await cluster.wait_healthy([name], timeout=60)
-            await read_from_start(load.wal, name, timeout=15, into=read)
+            read = await read_from_start(load.wal, name, timeout=15)
         except (AssertionError, StreamingError, TimeoutError) as exc:
             problems.append(f"the read from the start failed: {exc}")
         gone = lost(acked, dict(read))
