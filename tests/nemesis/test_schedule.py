@@ -13,6 +13,8 @@ acknowledged twice; replicas agree; no consumer saw what the final log does not 
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.nemesis.scenarios import GRACE, PROBE, RECOVERY, LoadedCluster, Outcome
@@ -29,6 +31,7 @@ FAULTS = (
 )
 SHORT = 5
 LONG = 40
+SETTLE = 30.0  # seconds for writes to flow again after a step is healed
 
 
 @pytest.mark.slow
@@ -67,8 +70,16 @@ async def test_seeded_schedule_of_faults(nemesis) -> None:
                 kind, victim, inject, heal, hold=hold, patience=hold + RECOVERY + 1.0
             )
             outcome.notes.append(f"held {hold:.1f}s")
+            # Writes flow again before the next fault, so each step's gap is its own.
+            settled = await load.producers.wait_ack_after(time.monotonic(), SETTLE)
+            outcome.notes.append(
+                f"writes again {settled:.2f}s after healing"
+                if settled is not None
+                else f"no write {SETTLE:.0f}s after healing"
+            )
             steps.append(outcome)
             print(f"step {len(steps)}: {outcome.summary()}")
+            assert settled is not None, f"writes never resumed after step {len(steps)}"
         final = await load.finish()
         print(f"history: {final.verdict.summary()[:3000]}; read back {final.read}")
         problems = [
