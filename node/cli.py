@@ -88,6 +88,14 @@ from streamwal.units import parse_duration_ms, parse_size
     "--txn-max-open", default=1024, show_default=True, type=int, help="Open txns per node."
 )
 @click.option(
+    "--startup-verify",
+    default="5s",
+    show_default=True,
+    help="Before serving, read back (checksums) what earlier runs wrote for at most this "
+    "long; the rest is verified in the background. Damage found before serving is salvaged "
+    "at once; found later, at the next start.",
+)
+@click.option(
     "--quorum-lease",
     default="1s",
     show_default=True,
@@ -127,6 +135,7 @@ def node(
     txn_keepalive: str,
     txn_max_bytes: str,
     txn_max_open: int,
+    startup_verify: str,
     quorum_lease: str,
     produce_listen: str,
     port_file: str | None,
@@ -154,6 +163,7 @@ def node(
         txn_keepalive_s=parse_duration_ms(txn_keepalive) / 1000,
         txn_max_bytes=parse_size(txn_max_bytes),
         txn_max_open=txn_max_open,
+        startup_verify_s=parse_duration_ms(startup_verify) / 1000,
         quorum_lease_s=parse_duration_ms(quorum_lease) / 1000,
         produce_listen=produce_listen,
         port_file=port_file,

@@ -486,10 +486,7 @@ class Wal:
         if not ch.unverified_end:
             return
         ch.verify_urgent = ch.verify_urgent or urgent
-        pending = self._verifying.get(ch.name)
-        if pending is None:
-            pending = self._verifying[ch.name] = asyncio.ensure_future(self._verify(ch))
-        await asyncio.shield(pending)
+        await asyncio.shield(self._verification(ch))
 
     async def _verify(self, ch: Channel) -> None:
         loop = asyncio.get_running_loop()
@@ -516,6 +513,27 @@ class Wal:
             ch.unverified_end = 0
         finally:
             self._verifying.pop(ch.name, None)
+
+    async def verify_before_serving(self, budget_s: float) -> None:
+        """Verify, before the node serves, what earlier processes wrote, for at most
+        `budget_s` (at full speed); the rest is verified in the background after `start`.
+        A damaged table block found now is salvaged at once, not at the next start."""
+        deadline = time.monotonic() + budget_s
+        for ch in list(self.channels.values()):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            ch.verify_urgent = True
+            try:
+                await asyncio.wait_for(asyncio.shield(self._verification(ch)), left)
+            except TimeoutError:
+                ch.verify_urgent = False  # goes on in the background, paced
+
+    def _verification(self, ch: Channel) -> asyncio.Future:
+        pending = self._verifying.get(ch.name)
+        if pending is None:
+            pending = self._verifying[ch.name] = asyncio.ensure_future(self._verify(ch))
+        return pending
 
     async def _verify_all(self) -> None:
         """Verify every pchannel an earlier process wrote, one after another, in the
@@ -596,7 +614,10 @@ class Wal:
             channels = [] if self.store.sync else list(self.channels.values())
             ends = [(ch, ch.committed_next) for ch in channels]
             self._syncing = loop.run_in_executor(None, self._sync_durable)
-            await asyncio.shield(self._syncing)
+            try:
+                await asyncio.shield(self._syncing)
+            except StreamingError:  # the disk fails: the appends say so (write_health)
+                continue
             for ch, end in ends:
                 self.ledger.advance(ch.ledger_slot, end)
 
