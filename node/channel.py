@@ -66,6 +66,8 @@ class Channel:
         self.bad_reason = ""
         self.bad_needs_salvage = False  # RocksDB failed a checksum: salvage.py, not a cut
         self.unverified_end = 0
+        # Async durability: every offset acknowledged is below this (ack_ledger.py).
+        self.ceiling = 0
         self.verify_urgent = False  # someone waits for the verification: no pauses
 
     @property

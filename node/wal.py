@@ -9,6 +9,7 @@ inside the group committer; reads are short and bounded.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -61,6 +62,7 @@ MAX_NAME_BYTES = 200
 READ_BYTES = 4 * 1024 * 1024  # one read step of a consumer or a fetch
 VERIFY_STEP_BYTES = 4 * 1024 * 1024  # records checked per step of a verification
 LEDGER_SYNC_S = 1.0  # the ledger's marks reach the disk (and, async, the WAL) this often
+CEILING_RESERVE = 1 << 16  # async: offsets reserved per durable raise of a ceiling
 _TIME_TICK_BODY = pb.MessageBatch(
     messages=[pb.Message(properties={PROP_TYPE: str(int(MsgType.TimeTick))})]
 ).SerializeToString()
@@ -190,8 +192,39 @@ class Wal:
         if mark is not None and ch.committed_next < mark:
             ch.lost_until = mark
             self._found_damage(ch, "ledger")
+        ch.ceiling = self.ledger.ceiling(name)
+        if ch.ceiling > ch.committed_next and ch.commit is None and not ch.damage:
+            self._skip_to_ceiling(ch)
         self.channels[name] = ch
         return ch
+
+    def _skip_to_ceiling(self, ch: Channel) -> None:
+        """After an unclean stop under async durability the log may end below offsets it
+        acknowledged (a power loss takes the last second by design): one internal record
+        covers everything up to the ceiling, so those offsets are never handed out again,
+        and the log stays dense. Written before the node serves."""
+        end = ch.committed_next
+        term = ch.last_term or (ch.meta.history[-1][0] if ch.meta.history else 0)
+        flags = records.FLAG_SKIP | records.FLAG_SHARED_TICK
+        value = records.encode(term, ch.clock.allocate(1), ch.ceiling - end, b"", flags)
+        wb = self.store.new_batch()
+        self.store.put_record(wb, ch.name, end, value)
+        self.store.put_size(wb, ch.name, ch.size_bytes + len(value))
+        self.store.write_synced(wb)
+        ch.committed(end, ch.ceiling - end, value)
+        ch.next_offset = ch.ceiling
+        ch.size_bytes += len(value)
+        log.warning(
+            "offsets skipped after an unclean stop under async durability",
+            extra={"pchannel": ch.name, "from": end, "to": ch.ceiling - 1},
+        )
+
+    def _reserve(self, ch: Channel, end: int) -> None:
+        """Async durability: raise a single replica's ceiling above `end` (durably)
+        before anything up to `end` is acknowledged."""
+        if end > ch.ceiling and ch.commit is None:
+            ch.ceiling = end + CEILING_RESERVE
+            self.ledger.set_ceiling(ch.ledger_slot, ch.ceiling)
 
     def start(self) -> None:
         self._committer.start()
@@ -216,6 +249,12 @@ class Wal:
             await asyncio.gather(self._syncing, return_exceptions=True)
         for pending in list(self._verifying.values()):
             pending.cancel()
+        if not self.store.sync:  # a clean stop: the log ends where it says, no skip
+            with contextlib.suppress(StreamingError):
+                self.store.sync_wal()
+                for ch in self.channels.values():
+                    if ch.commit is None and ch.ceiling > ch.committed_next:
+                        self.ledger.set_ceiling(ch.ledger_slot, ch.committed_next, durable=False)
         self.ledger.close()
 
     # -- management --------------------------------------------------------------------
@@ -768,8 +807,12 @@ class Wal:
             touched[ch.name] = ch
             if isinstance(item, _Append):
                 ch.committed(item.base, item.count, item.value)
-                if durable:  # before the answer: the mark covers every acknowledged offset
+                # Before the answer: the mark covers every acknowledged offset (sync), the
+                # ceiling every one a power loss may take (async).
+                if durable:
                     self.ledger.advance(ch.ledger_slot, item.base + item.count)
+                else:
+                    self._reserve(ch, item.base + item.count)
                 ch.last_term = ch.term
                 totals = m.appended(ch.name)
                 totals[0] += item.count
