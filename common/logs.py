@@ -15,21 +15,74 @@ import time
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
 
 
+def _fields(record: logging.LogRecord) -> dict:
+    """The `extra=` fields of a record."""
+    return {
+        k: v for k, v in record.__dict__.items() if k not in _STANDARD and not k.startswith("_")
+    }
+
+
+def _timestamp(record: logging.LogRecord) -> str:
+    return (
+        time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+        + f".{int(record.msecs):03d}Z"
+    )
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         out = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
+            "ts": _timestamp(record),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
+            **_fields(record),
         }
-        for key, value in record.__dict__.items():
-            if key not in _STANDARD and not key.startswith("_"):
-                out[key] = value
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         return json.dumps(out, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    """For humans: the message, then every structured field as key=value (which port was
+    bound, which pchannel failed), as logfmt does."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = " ".join(f"{k}={json.dumps(v, default=str)}" for k, v in _fields(record).items())
+        line = f"{_timestamp(record)} {record.levelname} {record.name}: {record.getMessage()}"
+        if fields:
+            line += f"  {fields}"
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+class Repeats:
+    """A warning that may repeat many times a second (a peer down, a request refused):
+    the first one of each key is logged at once, the next ones at most once per `every`
+    seconds, with how many were left out since (`repeated`)."""
+
+    def __init__(self, every: float = 10.0, clock=time.monotonic) -> None:
+        self._every = every
+        self._clock = clock
+        self._seen: dict[object, tuple[float, int]] = {}  # key -> (last logged, left out)
+
+    def log(
+        self, logger: logging.Logger, level: int, msg: str, key: object, **fields: object
+    ) -> None:
+        now = self._clock()
+        last = self._seen.get(key)
+        if last is not None and now - last[0] < self._every:
+            self._seen[key] = (last[0], last[1] + 1)
+            return
+        if last is not None and last[1]:
+            fields["repeated"] = last[1]
+        self._seen[key] = (now, 0)
+        logger.log(level, msg, extra=fields)
+
+    def forget(self, key: object) -> None:
+        """The condition is over: the next occurrence is logged at once."""
+        self._seen.pop(key, None)
 
 
 class ClientGoneFilter(logging.Filter):
@@ -63,7 +116,7 @@ def configure(level: str | None = None, fmt: str | None = None) -> None:
     fmt = fmt or os.environ.get("STREAMWAL_LOG_FORMAT", "json")
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "text":
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(TextFormatter())
     else:
         handler.setFormatter(JsonFormatter())
     handler.addFilter(ClientGoneFilter(logging.getLevelName(level)))

@@ -59,6 +59,9 @@ class TransportConfig:
     ca: str | None = None
     # Common names allowed to call StreamingNodeManagerService when mTLS is on.
     manager_identities: tuple[str, ...] = field(default_factory=tuple)
+    # The name clients check servers' certificates for, instead of the dialled host: on
+    # Kubernetes nodes are dialled by pod IP, which no certificate issued ahead can carry.
+    server_name: str | None = None
 
     @staticmethod
     def from_env() -> TransportConfig:
@@ -68,6 +71,7 @@ class TransportConfig:
             key=os.environ.get("STREAMWAL_TLS_KEY") or None,
             ca=os.environ.get("STREAMWAL_TLS_CA") or None,
             manager_identities=tuple(n for n in names.split(",") if n),
+            server_name=os.environ.get("STREAMWAL_TLS_SERVER_NAME") or None,
         )
 
     @property
@@ -135,4 +139,7 @@ def make_channel(address: str, config: TransportConfig | None = None) -> aio.Cha
         private_key=_read(config.key),
         certificate_chain=_read(config.cert),
     )
-    return aio.secure_channel(address, creds, options=_OPTIONS)
+    options = list(_OPTIONS)
+    if config.server_name:
+        options.append(("grpc.ssl_target_name_override", config.server_name))
+    return aio.secure_channel(address, creds, options=options)

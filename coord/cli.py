@@ -54,6 +54,21 @@ from streamwal import logs
     type=float,
     help="Seconds between rebalance rounds.",
 )
+@click.option(
+    "--max-clock-offset",
+    default=0.5,
+    show_default=True,
+    type=float,
+    help="Seconds a node's wall clock may differ from the coord's; a node farther off "
+    "leads nothing (its leaderships move, it is warned about and exported as a metric), "
+    "so time ticks never run ahead of real time by more than this.",
+)
+@click.option(
+    "--forget-missing-meta",
+    is_flag=True,
+    help="Start even though pchannel records the meta store once had are gone (deleted "
+    "files): those pchannels are dropped for good. Without it the coord refuses to start.",
+)
 @click.option("--log-level", default="info", show_default=True)
 def coord(
     listen: str,
@@ -65,6 +80,8 @@ def coord(
     max_moves: int,
     tolerance: int,
     rebalance_interval: float,
+    max_clock_offset: float,
+    forget_missing_meta: bool,
     log_level: str,
 ) -> None:
     """Run the coord: assigns pchannels to nodes, fails them over, tells clients."""
@@ -81,8 +98,9 @@ def coord(
             max_moves_per_round=max_moves,
             tolerance=tolerance,
             rebalance_interval=rebalance_interval,
+            max_clock_offset=max_clock_offset,
         )
-        asyncio.run(serve(listen, meta_dir, config, metrics))
+        asyncio.run(serve(listen, meta_dir, config, metrics, forget_missing_meta))
     except StreamingError as err:
         raise click.ClickException(str(err)) from None
 

@@ -60,6 +60,7 @@ class CoordConfig:
     assign_timeout: float = 5.0
     remove_timeout: float = 1.0
     fence_timeout: float = 2.0  # replicated term changes: how long Fence answers are awaited
+    max_clock_offset: float = 0.5  # seconds; a node farther off leads nothing
 
 
 class Coordinator:
@@ -73,12 +74,14 @@ class Coordinator:
         metrics: CoordMetrics | None = None,
         clock: Callable[[], float] = time.monotonic,
         step_hooks: Sequence[StepHook] | None = None,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self.config = config
         self.links: Links = links or NodeLinks()
         self.metrics = metrics or CoordMetrics()
         self.clock = clock
+        self.wall = wall  # seconds since the epoch: compared with the nodes' clocks
         self.tracker = LivenessTracker(config.probe_interval, config.grace)
         self.records = ChannelRecords(store, self.metrics)
         self.memory = Memory()
@@ -198,6 +201,16 @@ class Coordinator:
     def drained(self) -> set[int]:
         return set(self._cluster.drained_nodes)
 
+    @property
+    def skewed(self) -> dict[int, float]:
+        """Nodes whose wall clock is farther than max_clock_offset from ours: offset (s)."""
+        return self.memory.skewed
+
+    def avoided(self) -> set[int]:
+        """Nodes that take no new pchannels and hand over what they lead: drained ones,
+        and those whose clock is too far off (time ticks would run ahead there)."""
+        return self.drained() | set(self.skewed)
+
     def describe(self, names: list[str]) -> list[cpb.ChannelDescription]:
         """Descriptions of `names` (all live channels when empty); unknown names raise."""
         live = {n: s for n, s in self.records.all().items() if not s.record.destroyed}
@@ -263,7 +276,7 @@ class Coordinator:
             if index not in used:
                 names.append(check_name(f"{prefix}_{index}"))
             index += 1
-        now_ms = int(time.time() * 1000)
+        now_ms = int(self.wall() * 1000)
         for name in names:
             record = cpb.ChannelRecord(
                 meta=sm.new_channel(name), owner=owner, created_at_ms=now_ms, replicas=replicas
@@ -323,9 +336,14 @@ class Coordinator:
         holder = catch_up.data_holder(stored.record.meta, self.memory.holders.get(name))
         if holder is None:
             raise InvalidArgument(f"pchannel {name!r}: no node holds its log")
-        job = pl.Reassign(name, stored.version, holder, "accept-data-loss", True)
-        done = await self.executor.run_job(job, self._round(self._observe_liveness(), {}))
-        if not isinstance(done, sagas.Assigned):
+        for _ in range(3):  # a status write racing ours (the operator) is retried
+            stored = self.records.get(name) or stored
+            job = pl.Reassign(name, stored.version, holder, "accept-data-loss", True)
+            done = await self.executor.run_job(job, self._round(self._observe_liveness(), {}))
+            if isinstance(done, sagas.Assigned):
+                break
+            await self.refresh()
+        else:
             raise Inner(f"accepting the loss of {name!r} failed: see the coord's log")
         log.warning("data loss accepted", extra={"pchannel": name, "node": holder.server_id})
         self.memory.data_loss.pop(name, None)
@@ -382,7 +400,9 @@ class Coordinator:
         if address is None:
             return  # left the node set since the probe was scheduled
         try:
+            sent = self.wall()
             status = await self.links.collect_status(address, timeout=self.config.probe_interval)
+            self._observe_clock(node, status.wall_time_ms / 1000 - (sent + self.wall()) / 2)
             if status.server_id and status.server_id != node:
                 log.error("node id mismatch", extra={"node": node, "reported": status.server_id})
             else:
@@ -399,6 +419,28 @@ class Coordinator:
             self._on_transition(node, change.after)
         if ok and pl.needs_action(node, self._snapshot()):
             self.wake()
+
+    def _observe_clock(self, node: int, offset: float) -> None:
+        """Keep how far a node's clock is from ours; beyond the bound it leads nothing."""
+        self.metrics.clock_offset.labels(str(node)).set(offset)
+        skewed = abs(offset) > self.config.max_clock_offset
+        if skewed and node not in self.skewed:
+            log.warning(
+                "node clock too far off: it leads nothing until it is back within the bound",
+                extra={
+                    "node": node,
+                    "offset_s": round(offset, 3),
+                    "max_s": self.config.max_clock_offset,
+                },
+            )
+            self.wake()
+        elif not skewed and node in self.skewed:
+            log.info("node clock back within the bound", extra={"node": node})
+            self.wake()
+        if skewed:
+            self.skewed[node] = offset
+        else:
+            self.skewed.pop(node, None)
 
     def _replica_metrics(self, node: int, report: NodeReport) -> None:
         """A leader's report updates its followers' progress metrics."""
@@ -429,6 +471,9 @@ class Coordinator:
             self._wake.clear()
             try:
                 await self.reconcile_once()
+            except StreamingError as err:  # e.g. the meta store cannot be written now
+                log.warning("reconcile round failed", extra={"error": str(err)})
+                await asyncio.sleep(0.2)
             except Exception:
                 log.exception("reconcile round failed")
                 await asyncio.sleep(0.2)
@@ -437,7 +482,7 @@ class Coordinator:
         return pl.Snapshot(
             records=self.records.all(),
             nodes=self.config.nodes,
-            drained=frozenset(self.drained()),
+            drained=frozenset(self.avoided()),
             memory=self.memory,
             rebalance_due=self._rebalance_due,
             max_moves=self.config.max_moves_per_round,
@@ -484,7 +529,7 @@ class Coordinator:
             alive=seen.alive,
             live=seen.live,
             lost=seen.lost,
-            drained=frozenset(self.drained()),
+            drained=frozenset(self.avoided()),
             timeouts=sagas.Timeouts(
                 self.config.assign_timeout, self.config.remove_timeout, self.config.fence_timeout
             ),

@@ -224,17 +224,18 @@ class Executor:
         except StreamingError as err:
             _failed("fence failed", step.name, node.server_id, step.term, err)
             return None
-        if reply.data_loss:
+        ineligible = reply.data_loss or self.memory.ineligible(node.server_id, step.name)
+        if ineligible:
             log.warning(
-                "replica lost acknowledged records: it may not lead",
-                extra={"pchannel": step.name, "node": node.server_id, "damage": reply.data_loss},
+                "replica may not lead",
+                extra={"pchannel": step.name, "node": node.server_id, "reason": ineligible},
             )
         return lc.FenceReport(
             node.server_id,
             reply.last_term,
             reply.next_offset,
             reply.commit_offset,
-            reply.data_loss,
+            ineligible,
         )
 
     async def _follower(self, step: sagas.Assign) -> bool:

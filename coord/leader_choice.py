@@ -29,11 +29,15 @@ quorum): a message committed under the old set may still be missing from a major
 the new one, so a choice needs a majority of both until the new members have caught up.
 
 A replica whose log lacks records it acknowledged (corruption found by the node: a
-`data_loss` report) breaks the induction above: its position no longer says what it
+`data_loss` answer) breaks the induction above: its position no longer says what it
 holds. It still votes (its term is fenced) but never leads, as Kafka's eligible leader
 replicas (KIP-966). Its commit offset covers every offset it acknowledged: a follower's
 acknowledgement means the record reached the leader and it, which in a set of 3 is a
-majority, so the leader chosen must hold those too, or the pchannel waits.
+majority, so the leader chosen must hold those too, or the pchannel waits. A replica that
+cannot serve well (its writes fail, it lost its quorum as leader, its clock is far off)
+is ineligible the same way; its log is whole, so the best eligible log may be shorter
+than its own only by what was never committed (a committed record is on a majority, and
+the check against the known commit offset catches the rest).
 """
 
 from __future__ import annotations
@@ -50,7 +54,9 @@ class FenceReport:
     last_term: int
     next_offset: int
     commit_offset: int = 0
-    data_loss: str = ""  # why this replica's log lacks acknowledged records ("": it does not)
+    # Why this replica may vote but not lead ("": it may lead): its log lacks acknowledged
+    # records, or it cannot serve well (WAL writes failing, no quorum, a clock far off).
+    ineligible: str = ""
 
     @property
     def position(self) -> tuple[int, int]:
@@ -101,9 +107,10 @@ def choose_leader(
     if not has_quorum(counted, voters):
         sizes = "+".join(str(len(set(v))) for v in voters if v)
         return NoChoice(f"{len(counted)} of {sizes} voting replicas answered: no majority")
-    whole = {n: r for n, r in counted.items() if not r.data_loss}
+    whole = {n: r for n, r in counted.items() if not r.ineligible}
     if not whole:
-        return NoChoice(f"every answering replica lost acknowledged records: {sorted(counted)}")
+        why = "; ".join(f"{n}: {r.ineligible}" for n, r in sorted(counted.items()))
+        return NoChoice(f"no answering replica may lead ({why})")
     best = max(r.position for r in whole.values())
     holders = sorted((n for n, r in whole.items() if r.position == best), key=rank)
     eligible = [n for n in holders if n in set(candidates)]

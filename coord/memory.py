@@ -62,6 +62,18 @@ class Memory:
     # Single-replica pchannels whose only copy lost acknowledged records: why. They are
     # left alone (a move would copy the damaged log) until the loss is accepted.
     data_loss: dict[str, str] = field(default_factory=dict)
+    # Nodes whose wall clock is farther than the bound from the coord's: offset (s).
+    skewed: dict[int, float] = field(default_factory=dict)
+
+    def ineligible(self, node: int, name: str) -> str:
+        """Why `node` may not lead `name` by how its clock is or what it last reported
+        ("": nothing against it)."""
+        offset = self.skewed.get(node)
+        if offset is not None:
+            return f"its clock is {offset:+.3f}s off the coord's"
+        report = self.reports.get(node)
+        status = report.channels.get(name) if report else None
+        return status.unhealthy if status is not None else ""
 
     def observe(self, node: int, report: NodeReport) -> None:
         self.reports[node] = report

@@ -6,6 +6,7 @@ silently overwrite each other. The Kubernetes implementation (PChannel status gu
 pchannel in a directory:
 
     DIR/LOCK                 flock'ed by the one coord using the directory
+    DIR/manifest.rec         the name of every pchannel record ever written (ChannelManifest)
     DIR/cluster.rec          ClusterRecord (incarnation, drained nodes)
     DIR/channels/NAME.rec    ChannelRecord (the seed's PChannelMeta, owner, tombstone)
     DIR/broadcasts/ID.rec    BroadcastTask (a broadcast's message, targets and progress)
@@ -13,6 +14,13 @@ pchannel in a directory:
 A record file is ``b"SWM1" | version (u64 BE) | crc32 (u32 BE) | protobuf``, written to a
 temporary file, fsync'ed, renamed over the old one and the directory fsync'ed: after a
 kill -9 a file holds either the old or the new record, never a torn one.
+
+A checksum finds a damaged record but not a missing one: a deleted record file would
+make its pchannel vanish without a word. The manifest lists every pchannel record (a new
+record is written first, then the manifest that names it, so a crash in between leaves
+an unlisted record, which is adopted, never a listed one that is missing); a listed
+record that is gone stops the store from opening (MissingRecords), unless the caller
+explicitly forgets those pchannels.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import fcntl
+import logging
 import os
 import re
 import struct
@@ -27,9 +36,11 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from streamwal.errors import InvalidArgument, StreamingError
+from streamwal.errors import Code, InvalidArgument, StreamingError
 from streamwal.proto import broadcast_pb2 as bpb
 from streamwal.proto import coord_pb2 as cpb
+
+log = logging.getLogger("streamwal.coord.meta_store")
 
 _MAGIC = b"SWM1"
 _HEADER = struct.Struct(">4sQI")
@@ -44,8 +55,28 @@ class MetaStoreBusy(StreamingError):
     """Another coord holds the meta store."""
 
 
+class MetaStoreUnwritable(StreamingError):
+    """A record could not be written (a full or read-only disk): nothing changed."""
+
+    code = Code.STREAMING_CODE_INNER
+
+
 class CorruptRecord(StreamingError):
     """A record file failed its checksum; the store refuses to guess."""
+
+
+class MissingRecords(StreamingError):
+    """Records the manifest lists are gone; the store refuses to open without them."""
+
+    code = Code.STREAMING_CODE_DATA_LOSS
+
+    def __init__(self, directory: Path, names: list[str]) -> None:
+        super().__init__(
+            f"the meta store {directory} lost the records of {len(names)} pchannel(s) it "
+            f"had: {', '.join(names)}. Restore them (channels/NAME.rec) from a backup, or "
+            "start once with --forget-missing-meta to drop them for good"
+        )
+        self.names = names
 
 
 def check_name(name: str) -> str:
@@ -133,14 +164,18 @@ def _decode(path: Path, data: bytes) -> tuple[int, bytes]:
 
 def _write_atomic(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise MetaStoreUnwritable(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -176,8 +211,11 @@ class MemoryMetaStore(MetaStore):
         self._broadcasts: dict[int, tuple[bpb.BroadcastTask, int]] = {}
 
     async def _persist(self, kind: str, key: str, data: bytes | None) -> None:
-        """Make a put (`data`: the encoded record) or a delete (None) durable; nothing to
-        do in memory."""
+        """Make a put (`data`: the encoded record) or a delete (None) durable before the
+        store shows it; nothing to do in memory."""
+
+    async def _added(self, name: str) -> None:
+        """A pchannel's record is durable (the file store lists a new one then)."""
 
     @staticmethod
     def _copy(record: cpb.ChannelRecord) -> cpb.ChannelRecord:
@@ -204,6 +242,7 @@ class MemoryMetaStore(MetaStore):
             version = (found[1] if found else 0) + 1
             await self._persist("channels", name, _encode(version, record.SerializeToString()))
             self._channels[name] = (self._copy(record), version)
+            await self._added(name)
             return Stored(self._copy(record), str(version))
 
     async def get_cluster(self) -> tuple[cpb.ClusterRecord, str | None]:
@@ -256,9 +295,10 @@ class MemoryMetaStore(MetaStore):
 class LocalMetaStore(MemoryMetaStore):
     """A directory owned by one coord process (enforced with flock)."""
 
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
+    def __init__(self, directory: str | os.PathLike[str], forget_missing: bool = False) -> None:
         super().__init__()
         self.dir = Path(directory)
+        self._forget_missing = forget_missing
         self._channels_dir = self.dir / "channels"
         self._channels_dir.mkdir(parents=True, exist_ok=True)
         self._broadcasts_dir = self.dir / "broadcasts"
@@ -269,7 +309,13 @@ class LocalMetaStore(MemoryMetaStore):
         except BlockingIOError:
             os.close(self._lock_fd)
             raise MetaStoreBusy(f"another coord is using the meta store {self.dir}") from None
-        self._load()
+        self._manifest: set[str] = set()
+        self._manifest_version = 0
+        try:
+            self._load()
+        except StreamingError:
+            os.close(self._lock_fd)
+            raise
 
     def _load(self) -> None:
         for stale in self._channels_dir.glob(".*.tmp"):
@@ -288,6 +334,28 @@ class LocalMetaStore(MemoryMetaStore):
         if cluster.exists():
             version, payload = _decode(cluster, cluster.read_bytes())
             self._cluster = (cpb.ClusterRecord.FromString(payload), version)
+        self._check_manifest()
+
+    def _check_manifest(self) -> None:
+        path = self.dir / "manifest.rec"
+        if path.exists():
+            self._manifest_version, payload = _decode(path, path.read_bytes())
+            self._manifest = set(cpb.ChannelManifest.FromString(payload).names)
+        elif self._channels:
+            log.warning("meta store without a manifest: starting one from its records")
+        missing = sorted(self._manifest - set(self._channels))
+        if missing and not self._forget_missing:
+            raise MissingRecords(self.dir, missing)
+        if missing:
+            log.error("pchannel records forgotten for good", extra={"pchannels": missing})
+        if missing or set(self._channels) - self._manifest:
+            self._manifest = set(self._channels)
+            self._write_manifest()
+
+    def _write_manifest(self) -> None:
+        self._manifest_version += 1
+        payload = cpb.ChannelManifest(names=sorted(self._manifest)).SerializeToString()
+        _write_atomic(self.dir / "manifest.rec", _encode(self._manifest_version, payload))
 
     async def _persist(self, kind: str, key: str, data: bytes | None) -> None:
         path = (self.dir / kind if kind else self.dir) / f"{key}.rec"
@@ -295,6 +363,11 @@ class LocalMetaStore(MemoryMetaStore):
             await asyncio.to_thread(_unlink_durably, path)
         else:
             await asyncio.to_thread(_write_atomic, path, data)
+
+    async def _added(self, name: str) -> None:
+        if name not in self._manifest:  # after the record: never lists a missing one
+            self._manifest.add(name)
+            await asyncio.to_thread(self._write_manifest)
 
     async def close(self) -> None:
         if self._lock_fd >= 0:

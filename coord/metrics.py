@@ -45,6 +45,13 @@ class CoordMetrics:
             buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 30),
             registry=self.registry,
         )
+        self.clock_offset = Gauge(
+            "streamwal_coord_node_clock_offset_seconds",
+            "A node's wall clock minus the coord's, as last probed (beyond --max-clock-offset"
+            " the node leads nothing).",
+            ["node"],
+            registry=self.registry,
+        )
         self.nodes_live = Gauge(
             "streamwal_coord_nodes_live",
             "Streaming nodes answering probes.",

@@ -349,7 +349,8 @@ def leader_status(
 
 def missing_members(record: cpb.ChannelRecord, memory: Memory) -> frozenset[int]:
     """Members probed after the last assignment that do not serve it in their role,
-    or whose log of it lost acknowledged records (a leader then fails over)."""
+    or whose log of it lost acknowledged records, or that say they cannot serve it well
+    (a leader then fails over)."""
     meta = record.meta
     name, term = meta.channel.name, meta.channel.term
     assigned_at = memory.assigned_at.get(name, 0.0)
@@ -366,6 +367,7 @@ def missing_members(record: cpb.ChannelRecord, memory: Memory) -> frozenset[int]
             or status.pchannel.term != term
             or status.role != want
             or status.data_loss
+            or status.unhealthy
         ):
             out.add(node)
     return frozenset(out)

@@ -183,10 +183,14 @@ def serve_metrics(coord: Coordinator, address: str) -> int:
 
 
 async def serve(
-    listen: str, meta_dir: str, config: CoordConfig, metrics_address: str | None = None
+    listen: str,
+    meta_dir: str,
+    config: CoordConfig,
+    metrics_address: str | None = None,
+    forget_missing_meta: bool = False,
 ) -> None:
     """Run a coord until SIGTERM / SIGINT."""
-    store = LocalMetaStore(meta_dir)
+    store = LocalMetaStore(meta_dir, forget_missing=forget_missing_meta)
     coord = Coordinator(store, config)
     await coord.start()
     server, health_servicer, port = await start_grpc(coord, listen)

@@ -10,6 +10,7 @@ acknowledged records (Wal marks the pchannel damaged instead of serving it).
 
 Layout: a memory-mapped file of fixed 256-byte slots, one per pchannel, never moved:
   u64 mark (big-endian, 8-byte aligned) | u8 name length | name (<= 200 bytes) | u32 crc
+  | (at 216) u64 ceiling
 The name and its CRC are written and fsynced once, when the slot is allocated; after
 that only the mark changes, with one aligned 8-byte store into the mapping. A store
 cannot be torn by a process kill, and the mapping is the page cache, so the mark
@@ -17,6 +18,12 @@ survives kill -9 without a system call on the append path. `sync()` (msync) make
 survive a power loss too; until then a power loss can only bring back an older, lower
 mark, which weakens the check for a moment but never raises a false alarm, because the
 records a mark covers were durable before the mark was stored.
+
+The ceiling serves async durability, where a power loss takes acknowledged records by
+design (the last second): every offset a single-replica pchannel acknowledged is below
+its ceiling, which is synced before any acknowledgement above the previous one (raised a
+reservation at a time). After an unclean stop the log continues at the ceiling, so an
+offset acknowledged before a power loss is never acknowledged again to another message.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ MAX_NAME = 200
 FILE_NAME = "streamwal-acked"
 _MARK = struct.Struct(">Q")
 _CRC = struct.Struct(">I")
+_CEILING_AT = 216
 _GROW_SLOTS = 64  # the file grows by this many slots at a time
 
 
@@ -121,6 +129,21 @@ class AckLedger:
         assert m is not None
         if _MARK.unpack_from(m, at)[0] < mark:
             _MARK.pack_into(m, at, mark)
+
+    def ceiling(self, name: str) -> int:
+        at = self._slots.get(name)
+        if at is None:
+            return 0
+        assert self._map is not None
+        return _MARK.unpack_from(self._map, at + _CEILING_AT)[0]
+
+    def set_ceiling(self, at: int, ceiling: int, durable: bool = True) -> None:
+        """Store the ceiling of slot `at`; durable before return unless told otherwise
+        (a clean shutdown stores them all, then syncs once)."""
+        assert self._map is not None
+        _MARK.pack_into(self._map, at + _CEILING_AT, ceiling)
+        if durable:
+            self.sync()
 
     def lower(self, at: int, mark: int) -> None:
         """Set the mark of slot `at` to `mark`, durably, before a log end moves back

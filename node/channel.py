@@ -16,6 +16,7 @@ from collections import OrderedDict
 from collections.abc import Coroutine
 from typing import Any
 
+from streamwal.node import fencing
 from streamwal.node.channel_meta import ChannelMeta, Tail
 from streamwal.node.clock import HybridClock
 from streamwal.node.fencing import Fence
@@ -66,19 +67,14 @@ class Channel:
         self.bad_reason = ""
         self.bad_needs_salvage = False  # RocksDB failed a checksum: salvage.py, not a cut
         self.unverified_end = 0
+        # Async durability: every offset acknowledged is below this (ack_ledger.py).
+        self.ceiling = 0
         self.verify_urgent = False  # someone waits for the verification: no pauses
 
     @property
     def damage(self) -> str:
         """Why this node's log of the pchannel may lack acknowledged records ("": whole)."""
-        if self.bad_from is not None:
-            return f"the log is damaged from offset {self.bad_from}: {self.bad_reason}"
-        if self.committed_next < self.lost_until:
-            return (
-                f"the log ends at offset {self.committed_next} but this node acknowledged "
-                f"offsets up to {self.lost_until - 1}"
-            )
-        return ""
+        return fencing.damage(self.bad_from, self.bad_reason, self.committed_next, self.lost_until)
 
     def producers_in_flight(self) -> set[str]:
         """Idempotent producers with a batch accepted but not yet durable."""

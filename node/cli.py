@@ -88,6 +88,22 @@ from streamwal.units import parse_duration_ms, parse_size
     "--txn-max-open", default=1024, show_default=True, type=int, help="Open txns per node."
 )
 @click.option(
+    "--startup-verify",
+    default="5s",
+    show_default=True,
+    help="Before serving, read back (checksums) what earlier runs wrote for at most this "
+    "long; the rest is verified in the background. Damage found before serving is salvaged "
+    "at once; found later, at the next start.",
+)
+@click.option(
+    "--quorum-lease",
+    default="1s",
+    show_default=True,
+    help="A replicated pchannel's leader that heard from no majority of its replicas for "
+    "this long reports itself unhealthy, and the coord moves the leadership (a leader cut "
+    "off from its followers). Followers are heard at least every --time-tick-interval.",
+)
+@click.option(
     "--produce-listen",
     default="auto",
     show_default=True,
@@ -119,6 +135,8 @@ def node(
     txn_keepalive: str,
     txn_max_bytes: str,
     txn_max_open: int,
+    startup_verify: str,
+    quorum_lease: str,
     produce_listen: str,
     port_file: str | None,
     log_level: str,
@@ -145,6 +163,8 @@ def node(
         txn_keepalive_s=parse_duration_ms(txn_keepalive) / 1000,
         txn_max_bytes=parse_size(txn_max_bytes),
         txn_max_open=txn_max_open,
+        startup_verify_s=parse_duration_ms(startup_verify) / 1000,
+        quorum_lease_s=parse_duration_ms(quorum_lease) / 1000,
         produce_listen=produce_listen,
         port_file=port_file,
     )

@@ -34,6 +34,11 @@ class NodeConfig:
     txn_keepalive_s: float = 10.0
     txn_max_bytes: int = 16 * 1024 * 1024
     txn_max_open: int = 1024
+    # Before serving, what earlier processes wrote is verified for at most this long (the
+    # rest in the background); a damaged table block found then is salvaged at once.
+    startup_verify_s: float = 5.0
+    # A leader that heard from no majority of its replicas for this long is unhealthy.
+    quorum_lease_s: float = 1.0
     # The produce port (plain TCP frames, proto/wire.proto): "auto" = the gRPC host on a
     # free port, HOST:PORT, or "off". Closed whenever TLS is configured.
     produce_listen: str = "auto"

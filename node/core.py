@@ -43,7 +43,7 @@ from streamwal.errors import (
     InvalidArgument,
     StreamingError,
 )
-from streamwal.node import records
+from streamwal.node import fencing, records
 from streamwal.node import replication_rules as rules
 from streamwal.node.channel_meta import ChannelMeta, Tail
 from streamwal.node.clock import BarrierTooFar, HybridClock
@@ -329,14 +329,7 @@ class PChannelCore:
     @property
     def damage(self) -> str:
         """Why this node's log may lack acknowledged records ("": whole)."""
-        if self.bad_from is not None:
-            return f"the log is damaged from offset {self.bad_from}: {self.bad_reason}"
-        if self.committed_next < self.lost_until:
-            return (
-                f"the log ends at offset {self.committed_next} but this node acknowledged "
-                f"offsets up to {self.lost_until - 1}"
-            )
-        return ""
+        return fencing.damage(self.bad_from, self.bad_reason, self.committed_next, self.lost_until)
 
     @property
     def fence(self) -> Fence:
@@ -624,19 +617,11 @@ class PChannelCore:
         if self.known:
             if not following and self.unverified:
                 yield from self._verify()
-            if self.damage and not following and not accept_data_loss:
-                raise DataLoss(
-                    f"pchannel {self.name!r} lost acknowledged records on this node: "
-                    f"{self.damage}. Rebuild it from a replica, or accept the loss explicitly "
-                    "(`streamwal channel accept-loss`)"
-                )
-            if self.damage and not following and outcome is not AssignOutcome.TAKE:
-                raise InvalidArgument(
-                    f"accepting the data loss of {self.name!r} needs a new term "
-                    f"(serving {self.term})"
-                )
+            cut = fencing.decide_damaged_assign(
+                self.name, self.damage, False, following, accept_data_loss, outcome
+            )
             self.recovering = False
-            if self.damage:
+            if cut:
                 yield from self._cut_damage(accept=not following)
         if outcome is not AssignOutcome.TAKE:
             yield from self.configure(rs)

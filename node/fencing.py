@@ -15,6 +15,7 @@ from streamwal.errors import (
     ChannelNotExist,
     DataLoss,
     IgnoredOperation,
+    InvalidArgument,
     UnmatchedChannelTerm,
 )
 
@@ -61,6 +62,55 @@ def decide_assign(fence: Fence | None, term: int) -> AssignOutcome:
         f"assign with term {term} ignored: term {fence.term} already accepted"
         + ("" if fence.serving else " and released")
     )
+
+
+def damage(bad_from: int | None, bad_reason: str, log_end: int, acknowledged_end: int) -> str:
+    """Why a node's log of a pchannel may lack acknowledged records ("": whole): a record
+    found unreadable from `bad_from`, or a log ending below what the node acknowledged."""
+    if bad_from is not None:
+        return f"the log is damaged from offset {bad_from}: {bad_reason}"
+    if log_end < acknowledged_end:
+        return (
+            f"the log ends at offset {log_end} but this node acknowledged "
+            f"offsets up to {acknowledged_end - 1}"
+        )
+    return ""
+
+
+def decide_damaged_assign(
+    name: str,
+    damage: str,
+    needs_salvage: bool,
+    following: bool,
+    accept_loss: bool,
+    outcome: AssignOutcome,
+) -> bool:
+    """Whether an Assign may take a log that lacks acknowledged records (`damage`), and
+    must first cut its damaged part (True); raises the refusal otherwise.
+
+    A damaged log is never led: a follower cuts the damaged part and copies it again from
+    its leader; a single replica is served only when the loss is accepted, under a new
+    term (its start is what keeps the lost offsets from being handed out again). A table
+    block RocksDB itself cannot read needs the store salvaged first (node/salvage.py).
+    """
+    if not damage:
+        return False
+    if needs_salvage:
+        raise DataLoss(
+            f"pchannel {name!r} lost acknowledged records on this node: {damage}. The store "
+            "has a damaged table file: restart the node, it salvages its store at start-up; "
+            "then rebuild or accept the loss"
+        )
+    if following:
+        return True
+    if not accept_loss:
+        raise DataLoss(
+            f"pchannel {name!r} lost acknowledged records on this node: {damage}. Rebuild "
+            "it from a replica, or accept the loss explicitly (`streamwal channel accept-loss`)"
+        )
+    if outcome is not AssignOutcome.TAKE:
+        raise InvalidArgument(f"accepting the data loss of {name!r} needs a new term")
+    return True
 
 
 def decide_remove(fence: Fence | None, name: str, term: int) -> None:

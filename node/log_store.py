@@ -43,6 +43,10 @@ class StoreCorruption(DataLoss):
     """RocksDB found stored bytes that fail their checksum (or a file it needs is gone)."""
 
 
+class StoreUnwritable(Inner):
+    """RocksDB refused a write: a full, read-only or failing disk (nothing was written)."""
+
+
 def read_error(exc: Exception) -> StreamingError:
     """The StreamingError for an exception RocksDB raised on a read."""
     text = str(exc)
@@ -310,7 +314,15 @@ class LogStore:
         wb.put(_size_key(name), _U64.pack(size))
 
     def write(self, wb: WriteBatch) -> None:
-        self._db.write(wb, self._write_opts)
+        self._write(wb, self._write_opts)
+
+    def _write(self, wb: WriteBatch, opts: WriteOptions) -> None:
+        """A write RocksDB refuses (no space, a read-only or failing disk) is a
+        StreamingError for the caller to answer with, never an unexpected exception."""
+        try:
+            self._db.write(wb, opts)
+        except Exception as exc:
+            raise StoreUnwritable(f"storage write failed: {exc}") from None
 
     def records_from(
         self, name: str, offset: int, limit: int, max_bytes: int = 1 << 62
@@ -443,7 +455,10 @@ class LogStore:
 
     def sync_wal(self) -> None:
         """Make every write so far durable (async durability's periodic sync)."""
-        self._db.flush_wal(True)
+        try:
+            self._db.flush_wal(True)
+        except Exception as exc:
+            raise StoreUnwritable(f"storage sync failed: {exc}") from None
 
     def write_synced(self, wb: WriteBatch) -> None:
-        self._db.write(wb, self._sync_opts)
+        self._write(wb, self._sync_opts)

@@ -26,7 +26,10 @@ FLAG_TIME_TICK = 0x01  # the record is one TimeTick message appended by the node
 FLAG_PRODUCER = 0x02  # an extension (u8 id length, id, u64 sequence) follows the header
 FLAG_SHARED_TICK = 0x04  # every message of the record has first_tick (a committed txn)
 FLAG_CURSORS = 0x08  # a consumer-group cursor snapshot: node bookkeeping, never delivered
-INTERNAL_FLAGS = FLAG_CURSORS
+# Offsets skipped after an unclean stop under async durability (Wal.open): they may have
+# been acknowledged before a power loss took them, so they are never handed out again.
+FLAG_SKIP = 0x10
+INTERNAL_FLAGS = FLAG_CURSORS | FLAG_SKIP
 # version, flags, reserved, crc32, term, first time tick, count
 _HEADER = struct.Struct(">BBHIqQI")
 _CHECKED = struct.Struct(">BqQI")  # the header fields the CRC covers: flags, term, tick, count

@@ -31,11 +31,20 @@ class Progress:
     ordinal: int
     acked: int = 0  # every offset below is stored and synced there
     connected: bool = False
+    heard_at: float = 0.0  # monotonic time of its last ack (or of the role's start)
 
 
 class LeaderRole:
-    def __init__(self, term: int, members: list[Member], self_id: int, term_start: int) -> None:
+    def __init__(
+        self,
+        term: int,
+        members: list[Member],
+        self_id: int,
+        term_start: int,
+        started_at: float = 0.0,
+    ) -> None:
         self.term = term
+        self.started_at = started_at  # followers are given a lease from here to connect
         self.self_id = self_id
         self.term_start = term_start  # log end when this term began
         self.members: list[Member] = []
@@ -54,7 +63,11 @@ class LeaderRole:
             if m.node_id != self.self_id:
                 kept = old.get(m.node_id)
                 self.progress[m.node_id] = Progress(
-                    m.node_id, ordinal, kept.acked if kept else 0, bool(kept and kept.connected)
+                    m.node_id,
+                    ordinal,
+                    kept.acked if kept else 0,
+                    bool(kept and kept.connected),
+                    kept.heard_at if kept else self.started_at,
                 )
 
     def next_commit(self, current: int, leader_end: int) -> int:

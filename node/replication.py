@@ -15,6 +15,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import time
 from typing import TYPE_CHECKING
 
 import grpc
@@ -27,9 +28,11 @@ from streamwal.errors import (
     UnmatchedChannelTerm,
 )
 from streamwal.grpc_errors import from_rpc_error
+from streamwal.logs import Repeats
 from streamwal.node import records
 from streamwal.node import replication_rules as rules
 from streamwal.node.channel import Channel
+from streamwal.node.health import quorum_contact
 from streamwal.node.replica import FollowerRole, LeaderRole, Member, Progress, Role
 from streamwal.proto import streaming_pb2 as pb
 from streamwal.transport import make_channel
@@ -38,6 +41,7 @@ if TYPE_CHECKING:
     from streamwal.node.wal import Wal
 
 log = logging.getLogger("streamwal.node.replication")
+_REPEATS = Repeats()  # a leader down: its followers retry every 2 s, logged every 10 s
 
 REPLICATE = "/milvus.proto.streaming.StreamingNodeReplicationService/Replicate"
 WINDOW_BYTES = 8 * 1024 * 1024  # record bytes sent to a follower and not yet acknowledged
@@ -103,7 +107,7 @@ class Replication:
                 return False
             self.stop_role(ch, None)
             start = next((f for t, f in reversed(ch.meta.history) if t == ch.term), ch.next_offset)
-            ch.replica = LeaderRole(ch.term, members, self.node_id, start)
+            ch.replica = LeaderRole(ch.term, members, self.node_id, start, time.monotonic())
             self.advance(ch)
             self.publish(ch)
             return True
@@ -189,6 +193,21 @@ class Replication:
                     max(0, ch.committed_next - p.acked)
                 )
 
+    def quorum_lost(self, ch: Channel) -> str:
+        """Why `ch`'s leader role lacks a majority within its lease ("": it does not)."""
+        role = ch.replica
+        if not isinstance(role, LeaderRole) or role.stopped is not None:
+            return ""
+        lease = self.wal.config.quorum_lease_s
+        now = time.monotonic()
+        heard = [p.heard_at for p in role.progress.values()]
+        if quorum_contact(heard, len(role.members), now, lease):
+            return ""
+        ages = ", ".join(
+            f"node {p.node_id}: {now - p.heard_at:.1f}s ago" for p in role.progress.values()
+        )
+        return f"the leader heard from no majority of its replicas within {lease}s ({ages})"
+
     def status(self, ch: Channel, status: pb.PChannelStatus) -> None:
         role = ch.replica
         status.role = (
@@ -241,6 +260,7 @@ class Replication:
             },
         )
         progress.acked, progress.connected = start.position, True
+        progress.heard_at = time.monotonic()
         try:
             await _LeaderStream(self, ch, role, progress, start, acks, context).run()
         finally:
@@ -258,14 +278,20 @@ class Replication:
             except asyncio.CancelledError:
                 raise
             except (StreamingError, rules.Rejected) as err:
-                log.warning(
+                _REPEATS.log(
+                    log,
+                    logging.WARNING,
                     "replication stream ended",
-                    extra={"pchannel": ch.name, "leader": role.leader.address, "error": str(err)},
+                    (ch.name, role.leader.address),
+                    pchannel=ch.name,
+                    leader=role.leader.address,
+                    error=str(err),
                 )
             except Exception as err:  # a bug must not end following for good
                 log.exception("replication stream failed", extra={"error": repr(err)})
             if ch.committed_next > before:
                 delay = BACKOFF[0]
+                _REPEATS.forget((ch.name, role.leader.address))
             await asyncio.sleep(delay)
             delay = min(delay * 2, BACKOFF[1])
 
@@ -457,6 +483,7 @@ class _LeaderStream:
                 self.window.clear()
                 self.inflight = 0
             self.progress.acked = min(ack.acked_offset, self.position)
+            self.progress.heard_at = time.monotonic()
             self.repl.advance(self.ch)
             self.repl.publish(self.ch)
             self.acked.set()

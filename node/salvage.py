@@ -65,6 +65,26 @@ def needed(data_dir: str | Path) -> str:
         return ""
 
 
+def repair(data_dir: str | Path, error: str) -> None:
+    """A store RocksDB refuses to open as corrupt (a table file truncated or gone, a
+    damaged MANIFEST): RocksDB's own repair rebuilds the MANIFEST from the files it can
+    read and moves the others to `<data_dir>/lost/`. Their records are then simply
+    absent, which the acknowledged-offset ledger and the verification report as a loss
+    (rebuilt from a replica, or accepted); a salvage follows, for damaged blocks inside
+    the files that remain."""
+    log.error(
+        "the store does not open: repairing it", extra={"data_dir": str(data_dir), "error": error}
+    )
+    Rdict.repair(str(data_dir), Options(raw_mode=True))
+    lost = (
+        sorted(p.name for p in (Path(data_dir) / "lost").glob("*"))
+        if (Path(data_dir) / "lost").exists()
+        else []
+    )
+    log.warning("store repaired", extra={"data_dir": str(data_dir), "moved_to_lost": lost})
+    mark_needed(data_dir, f"repaired after: {error}")
+
+
 def _readable_at(db: Rdict, read: ReadOptions, target: bytes):
     """An iterator on the first key >= `target` if that key reads back whole; None if
     the seek lands on damage; False when there is no key at or after `target`."""

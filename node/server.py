@@ -36,20 +36,41 @@ class NodeServer:
         self._metrics_server = None
         self._produce_port: ProducePort | None = None
 
+    def _open_store(self) -> LogStore:
+        """The node's store, salvaged first when damage was found (node/salvage.py), and
+        repaired when RocksDB refuses to open it as corrupt."""
+        cfg = self.config
+        sync = cfg.durability == "sync"
+        repaired = False
+        while True:
+            if salvage.needed(cfg.data_dir):
+                salvage.salvage(cfg.data_dir)
+            try:
+                return LogStore(
+                    cfg.data_dir,
+                    sync=sync,
+                    wal_prewarm_bytes=cfg.wal_prewarm_bytes if sync else 0,
+                    low_priority_compaction=cfg.compaction_priority == "low",
+                )
+            except Exception as exc:
+                if repaired or not str(exc).startswith("Corruption"):
+                    raise
+                salvage.repair(cfg.data_dir, str(exc))
+                repaired = True
+
     async def start(self) -> None:
         cfg = self.config
         started = time.perf_counter()
-        sync = cfg.durability == "sync"
-        if salvage.needed(cfg.data_dir):  # a damaged table file was found last time
-            await asyncio.get_running_loop().run_in_executor(None, salvage.salvage, cfg.data_dir)
-        self.store = LogStore(
-            cfg.data_dir,
-            sync=sync,
-            wal_prewarm_bytes=cfg.wal_prewarm_bytes if sync else 0,
-            low_priority_compaction=cfg.compaction_priority == "low",
-        )
-        self.wal = Wal(self.store, cfg, self.metrics)
-        self.wal.open()
+        loop = asyncio.get_running_loop()
+        for _ in range(2):
+            self.store = await loop.run_in_executor(None, self._open_store)
+            self.wal = Wal(self.store, cfg, self.metrics)
+            self.wal.open()
+            await self.wal.verify_before_serving(cfg.startup_verify_s)
+            if not salvage.needed(cfg.data_dir):
+                break
+            await self.wal.close()  # a damaged table block: salvage before serving
+            self.store.close()
         self.wal.start()
         self.service = NodeService(
             self.wal, cfg.node_id, cfg.max_message_bytes, cfg.max_inflight_bytes_per_producer

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 
 import grpc
@@ -263,7 +264,9 @@ class NodeService:
 
     async def collect_status(self, request, context):
         async def act(_req):
-            resp = pb.StreamingNodeManagerCollectStatusResponse(server_id=self.node_id)
+            resp = pb.StreamingNodeManagerCollectStatusResponse(
+                server_id=self.node_id, wall_time_ms=time.time_ns() // 1_000_000
+            )
             for ch in self.wal.channels.values():
                 if not ch.meta.serving or ch.recovering or not ch.fence.assigned:
                     continue
@@ -276,6 +279,7 @@ class NodeService:
                     producers=ch.producers,
                     consumers=ch.consumers,
                     data_loss=ch.damage,
+                    unhealthy=self.wal.unhealthy(ch),
                 )
                 self.wal.replication.status(ch, status)
                 resp.channels.append(status)

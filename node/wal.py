@@ -9,6 +9,7 @@ inside the group committer; reads are short and bounded.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -30,8 +31,15 @@ from streamwal.node.channel_meta import ChannelMeta
 from streamwal.node.clock import BarrierTooFar
 from streamwal.node.config import NodeConfig
 from streamwal.node.divergence import cut_history, extend_history, log_divergence
-from streamwal.node.fencing import AssignOutcome, check_access, decide_assign, decide_remove
+from streamwal.node.fencing import (
+    AssignOutcome,
+    check_access,
+    decide_assign,
+    decide_damaged_assign,
+    decide_remove,
+)
 from streamwal.node.group_commit import GroupCommitter
+from streamwal.node.health import WriteHealth
 from streamwal.node.log_store import LogStore, StoreCorruption, log_key
 from streamwal.node.metrics import ChannelState, NodeMetrics
 from streamwal.node.producers import (
@@ -55,6 +63,7 @@ MAX_NAME_BYTES = 200
 READ_BYTES = 4 * 1024 * 1024  # one read step of a consumer or a fetch
 VERIFY_STEP_BYTES = 4 * 1024 * 1024  # records checked per step of a verification
 LEDGER_SYNC_S = 1.0  # the ledger's marks reach the disk (and, async, the WAL) this often
+CEILING_RESERVE = 1 << 16  # async: offsets reserved per durable raise of a ceiling
 _TIME_TICK_BODY = pb.MessageBatch(
     messages=[pb.Message(properties={PROP_TYPE: str(int(MsgType.TimeTick))})]
 ).SerializeToString()
@@ -131,6 +140,7 @@ class Wal:
         self.ledger = AckLedger(store.path)
         self._verifying: dict[str, asyncio.Future] = {}
         self._syncing: asyncio.Future | None = None
+        self.write_health = WriteHealth()
         self._committer = GroupCommitter(
             store,
             self._prepare,
@@ -184,8 +194,39 @@ class Wal:
         if mark is not None and ch.committed_next < mark:
             ch.lost_until = mark
             self._found_damage(ch, "ledger")
+        ch.ceiling = self.ledger.ceiling(name)
+        if ch.ceiling > ch.committed_next and ch.commit is None and not ch.damage:
+            self._skip_to_ceiling(ch)
         self.channels[name] = ch
         return ch
+
+    def _skip_to_ceiling(self, ch: Channel) -> None:
+        """After an unclean stop under async durability the log may end below offsets it
+        acknowledged (a power loss takes the last second by design): one internal record
+        covers everything up to the ceiling, so those offsets are never handed out again,
+        and the log stays dense. Written before the node serves."""
+        end = ch.committed_next
+        term = ch.last_term or (ch.meta.history[-1][0] if ch.meta.history else 0)
+        flags = records.FLAG_SKIP | records.FLAG_SHARED_TICK
+        value = records.encode(term, ch.clock.allocate(1), ch.ceiling - end, b"", flags)
+        wb = self.store.new_batch()
+        self.store.put_record(wb, ch.name, end, value)
+        self.store.put_size(wb, ch.name, ch.size_bytes + len(value))
+        self.store.write_synced(wb)
+        ch.committed(end, ch.ceiling - end, value)
+        ch.next_offset = ch.ceiling
+        ch.size_bytes += len(value)
+        log.warning(
+            "offsets skipped after an unclean stop under async durability",
+            extra={"pchannel": ch.name, "from": end, "to": ch.ceiling - 1},
+        )
+
+    def _reserve(self, ch: Channel, end: int) -> None:
+        """Async durability: raise a single replica's ceiling above `end` (durably)
+        before anything up to `end` is acknowledged."""
+        if end > ch.ceiling and ch.commit is None:
+            ch.ceiling = end + CEILING_RESERVE
+            self.ledger.set_ceiling(ch.ledger_slot, ch.ceiling)
 
     def start(self) -> None:
         self._committer.start()
@@ -210,6 +251,12 @@ class Wal:
             await asyncio.gather(self._syncing, return_exceptions=True)
         for pending in list(self._verifying.values()):
             pending.cancel()
+        if not self.store.sync:  # a clean stop: the log ends where it says, no skip
+            with contextlib.suppress(StreamingError):
+                self.store.sync_wal()
+                for ch in self.channels.values():
+                    if ch.commit is None and ch.ceiling > ch.committed_next:
+                        self.ledger.set_ceiling(ch.ledger_slot, ch.committed_next, durable=False)
         self.ledger.close()
 
     # -- management --------------------------------------------------------------------
@@ -245,24 +292,11 @@ class Wal:
         if ch is not None:
             if not following:
                 await self.ensure_verified(ch)
-            if ch.bad_needs_salvage:
-                raise DataLoss(
-                    f"pchannel {name!r} lost acknowledged records on this node: {ch.damage}. "
-                    "The store has a damaged table file: restart the node, it salvages "
-                    "its store at start-up; then rebuild or accept the loss"
-                )
-            if ch.damage and not following and not accept_data_loss:
-                raise DataLoss(
-                    f"pchannel {name!r} lost acknowledged records on this node: {ch.damage}. "
-                    "Rebuild it from a replica, or accept the loss explicitly "
-                    "(`streamwal channel accept-loss`)"
-                )
-            if ch.damage and not following and outcome is not AssignOutcome.TAKE:
-                raise InvalidArgument(
-                    f"accepting the data loss of {name!r} needs a new term (serving {ch.term})"
-                )
+            cut = decide_damaged_assign(
+                name, ch.damage, ch.bad_needs_salvage, following, accept_data_loss, outcome
+            )
             ch.recovering = False
-            if ch.damage:
+            if cut:
                 await self._cut_damage(ch, accept=not following)
         if outcome is not AssignOutcome.TAKE:
             assert ch is not None
@@ -529,10 +563,7 @@ class Wal:
         if not ch.unverified_end:
             return
         ch.verify_urgent = ch.verify_urgent or urgent
-        pending = self._verifying.get(ch.name)
-        if pending is None:
-            pending = self._verifying[ch.name] = asyncio.ensure_future(self._verify(ch))
-        await asyncio.shield(pending)
+        await asyncio.shield(self._verification(ch))
 
     async def _verify(self, ch: Channel) -> None:
         loop = asyncio.get_running_loop()
@@ -559,6 +590,27 @@ class Wal:
             ch.unverified_end = 0
         finally:
             self._verifying.pop(ch.name, None)
+
+    async def verify_before_serving(self, budget_s: float) -> None:
+        """Verify, before the node serves, what earlier processes wrote, for at most
+        `budget_s` (at full speed); the rest is verified in the background after `start`.
+        A damaged table block found now is salvaged at once, not at the next start."""
+        deadline = time.monotonic() + budget_s
+        for ch in list(self.channels.values()):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            ch.verify_urgent = True
+            try:
+                await asyncio.wait_for(asyncio.shield(self._verification(ch)), left)
+            except TimeoutError:
+                ch.verify_urgent = False  # goes on in the background, paced
+
+    def _verification(self, ch: Channel) -> asyncio.Future:
+        pending = self._verifying.get(ch.name)
+        if pending is None:
+            pending = self._verifying[ch.name] = asyncio.ensure_future(self._verify(ch))
+        return pending
 
     async def _verify_all(self) -> None:
         """Verify every pchannel an earlier process wrote, one after another, in the
@@ -639,7 +691,10 @@ class Wal:
             channels = [] if self.store.sync else list(self.channels.values())
             ends = [(ch, ch.committed_next) for ch in channels]
             self._syncing = loop.run_in_executor(None, self._sync_durable)
-            await asyncio.shield(self._syncing)
+            try:
+                await asyncio.shield(self._syncing)
+            except StreamingError:  # the disk fails: the appends say so (write_health)
+                continue
             for ch, end in ends:
                 self.ledger.advance(ch.ledger_slot, end)
 
@@ -785,6 +840,13 @@ class Wal:
     def _committed(self, group: list) -> None:
         now = time.perf_counter()
         durable = self.store.sync  # async: the ledger follows the periodic WAL sync
+        recovered = self.write_health.succeeded()
+        if recovered is not None:
+            since, failures = recovered
+            log.warning(
+                "WAL writes succeed again",
+                extra={"failed_writes": failures, "seconds": round(time.monotonic() - since, 1)},
+            )
         touched: dict[str, Channel] = {}
         m = self.metrics
         for item in group:
@@ -792,8 +854,12 @@ class Wal:
             touched[ch.name] = ch
             if isinstance(item, _Append):
                 ch.committed(item.base, item.count, item.value)
-                if durable:  # before the answer: the mark covers every acknowledged offset
+                # Before the answer: the mark covers every acknowledged offset (sync), the
+                # ceiling every one a power loss may take (async).
+                if durable:
                     self.ledger.advance(ch.ledger_slot, item.base + item.count)
+                else:
+                    self._reserve(ch, item.base + item.count)
                 # The record's term, not the channel's: a Fence raises that before the
                 # writes in flight drain, and its report must name the last record's term
                 # (found by the simulator: the raised term made a stale log look newest).
@@ -819,8 +885,19 @@ class Wal:
                 self.replication.advance(ch)
             ch.notify()
 
+    def unhealthy(self, ch: Channel) -> str:
+        """Why this node cannot serve `ch` well now ("": it can): CollectStatus says so,
+        and the coord moves leadership away (health.py)."""
+        return self.write_health.reason(time.monotonic()) or self.replication.quorum_lost(ch)
+
     def _failed(self, group: list, exc: BaseException) -> None:
-        log.error("write failed", extra={"error": repr(exc), "items": len(group)})
+        health = self.write_health
+        report = health.failed(time.monotonic(), str(exc))
+        if report is not None:
+            log.error(
+                "WAL writes failing" if report == "first" else "WAL writes still failing",
+                extra={"error": str(exc), "failed_writes": health.failures, "items": len(group)},
+            )
         err = Inner(f"storage write failed: {exc}")
         touched: dict[str, Channel] = {}
         for item in group:

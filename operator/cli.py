@@ -5,11 +5,45 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import random
+import signal
+import socket
+import sys
+import threading
+import uuid
+from typing import TYPE_CHECKING
 
 import click
 
 from streamwal import logs
+from streamwal.tasks import cancel_and_wait
+
+if TYPE_CHECKING:  # kopf and kubernetes are optional (streamwal[kube]): imported when run
+    from streamwal.operator.election import ElectionConfig
+    from streamwal.operator.runtime import OperatorConfig
+
+
+class _KopfSettingsFilter(logging.Filter):
+    """Kopf attaches its whole settings object to every record; the JSON lines drop it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.__dict__.pop("settings", None)
+        return True
+
+
+def quiet_kopf() -> None:
+    """Kopf at INFO for the framework, WARNING per object (a line per event otherwise)."""
+    logging.getLogger("kopf").setLevel(max(logging.INFO, logging.getLogger().level))
+    logging.getLogger("kopf.objects").setLevel(max(logging.WARNING, logging.getLogger().level))
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_KopfSettingsFilter())
+
+
+def default_identity() -> str:
+    """The pod's name in a cluster (a restarted container takes its Lease back at once),
+    else host, pid and a random suffix (several operators on one machine: tests)."""
+    return os.environ.get("POD_NAME") or (
+        f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    )
 
 
 @click.command("operator")
@@ -17,21 +51,40 @@ from streamwal import logs
     "--namespace",
     default=lambda: os.environ.get("POD_NAMESPACE", "default"),
     show_default="$POD_NAMESPACE or default",
-    help="Namespace of the PChannels and streaming-node pods.",
+    help="Namespace of the PChannels, the streaming-node pods and the Lease.",
 )
 @click.option(
-    "--peering",
+    "--lease",
     default=None,
-    help="Kopf peering object name: replicas sharing it elect one active member.",
+    help="Name of the coordination.k8s.io Lease the replicas elect their one active member "
+    "with. Without it this process acts alone (one replica only).",
 )
 @click.option(
-    "--standalone", is_flag=True, help="No peering: this process is always active (tests)."
+    "--lease-duration",
+    default=15.0,
+    show_default=True,
+    type=float,
+    help="Seconds a standby waits after the leader's last renewal before taking over.",
 )
 @click.option(
-    "--priority",
-    default=None,
-    type=int,
-    help="Peering priority (default: random, so replicas of equal rank do not all freeze).",
+    "--renew-deadline",
+    default=10.0,
+    show_default=True,
+    type=float,
+    help="Seconds the leader keeps acting without renewing; then it stops and exits.",
+)
+@click.option(
+    "--retry-period",
+    default=2.0,
+    show_default=True,
+    type=float,
+    help="Seconds between the leader's renewals and the standbys' reads of the Lease.",
+)
+@click.option(
+    "--identity",
+    default=default_identity,
+    show_default="$POD_NAME, else host-pid-random",
+    help="This replica's name in the Lease.",
 )
 @click.option(
     "--node-selector",
@@ -44,7 +97,7 @@ from streamwal import logs
     default=30.0,
     show_default=True,
     type=float,
-    help="Seconds between periodic status checks of each PChannel (drift heals).",
+    help="Seconds between periodic status checks of every PChannel (drift heals).",
 )
 @click.option(
     "--coord-listen",
@@ -70,9 +123,11 @@ from streamwal import logs
 @click.option("--log-level", default="info", show_default=True)
 def operator(
     namespace: str,
-    peering: str | None,
-    standalone: bool,
-    priority: int | None,
+    lease: str | None,
+    lease_duration: float,
+    renew_deadline: float,
+    retry_period: float,
+    identity: str,
     node_selector: str,
     resync: float,
     coord_listen: str | None,
@@ -82,10 +137,14 @@ def operator(
     grace: float,
     log_level: str,
 ) -> None:
-    """Run the PChannel operator (Kopf): assigns PChannels to streaming-node pods."""
-    import kopf
+    """Run the PChannel operator (Kopf): assigns PChannels to streaming-node pods.
 
-    from streamwal.operator.handlers import build_registry, parse_selector
+    Replicas sharing a --lease elect one active member; the others keep a fresh view
+    (they serve AssignmentDiscover) and take over when the leader's Lease expires. A
+    leader that cannot renew for --renew-deadline stops acting and exits (code 1).
+    """
+    from streamwal.operator.election import ElectionConfig
+    from streamwal.operator.handlers import parse_selector
     from streamwal.operator.runtime import OperatorConfig
 
     logs.configure(log_level)
@@ -95,8 +154,10 @@ def operator(
         raise click.BadParameter(str(err), param_hint="--node-selector") from None
     if resync <= 0:
         raise click.BadParameter("must be positive", param_hint="--resync")
-    if not standalone and not peering:
-        standalone = True  # no peering object named: run alone rather than wait for one
+    try:
+        election = ElectionConfig(lease_duration, renew_deadline, retry_period)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--lease-duration") from None
     cfg = OperatorConfig(
         namespace=namespace,
         node_selector=node_selector,
@@ -106,14 +167,82 @@ def operator(
         probe_interval=probe_interval,
         grace=grace,
     )
-    logging.getLogger("kopf").setLevel(max(logging.INFO, logging.getLogger().level))
-    asyncio.run(
-        kopf.operator(
-            registry=build_registry(cfg),
-            standalone=standalone,
-            peering_name=None if standalone else peering,
-            priority=priority if priority is not None else random.randint(1, 1_000_000),
-            namespaces=[namespace],
-            liveness_endpoint=liveness,
-        )
-    )
+    quiet_kopf()
+    sys.exit(asyncio.run(run(cfg, lease, election, identity, liveness)))
+
+
+async def run(
+    cfg: OperatorConfig,
+    lease: str | None,
+    election: ElectionConfig,
+    identity: str,
+    liveness: str | None,
+) -> int:
+    """Kopf's watches and the runtime on every replica; acting only while elected.
+
+    Kopf runs in a thread with its own event loop (its handlers hand the events over to
+    this loop): it owns every task of its loop and waits for them, or cancels them, when
+    it stops, which must not touch the runtime's gRPC calls and reconcile rounds.
+
+    Returns the exit code: 0 after a clean stop (SIGTERM or SIGINT: Kopf stops, the
+    Lease is released), 1 when leadership was lost (the runtime stopped acting at that
+    moment) or Kopf failed.
+    """
+    import kopf
+
+    from streamwal.operator.handlers import build_registry, settings
+    from streamwal.operator.lease import LeaseElector
+    from streamwal.operator.runtime import OperatorRuntime
+
+    log = logging.getLogger("streamwal.operator")
+    loop = asyncio.get_running_loop()
+    runtime = OperatorRuntime(cfg)
+    await runtime.start()
+    stop_kopf = threading.Event()
+
+    watching: asyncio.Future[BaseException | None] = loop.create_future()
+
+    def watch() -> None:  # a thread of its own, not one of the default executor's few
+        failure: BaseException | None = None
+        try:
+            asyncio.run(
+                kopf.operator(
+                    registry=build_registry(runtime, loop),
+                    settings=settings(),
+                    standalone=True,  # the active replica is chosen by our Lease
+                    namespaces=[cfg.namespace],
+                    liveness_endpoint=liveness,
+                    stop_flag=stop_kopf,
+                )
+            )
+        except BaseException as err:
+            failure = err
+        loop.call_soon_threadsafe(watching.set_result, failure)
+
+    threading.Thread(target=watch, name="kopf", daemon=True).start()
+    stopping = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    signals = asyncio.create_task(stopping.wait(), name="signals")
+    waits: set[asyncio.Future] = {watching, signals}
+    elector = campaign = None
+    if lease:
+        elector = LeaseElector(runtime.api, cfg.namespace, lease, identity, election, runtime.lead)
+        campaign = asyncio.create_task(elector.run(), name="lease")
+        waits.add(campaign)
+        log.info("campaigning", extra={"lease": lease, "identity": identity})
+    else:
+        await runtime.lead()
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    lost = campaign is not None and campaign.done()
+    if lost:
+        await runtime.stop_acting()
+    elif campaign is not None:
+        await cancel_and_wait([campaign])
+    await cancel_and_wait([signals])
+    stop_kopf.set()
+    failed = await watching is not None
+    if elector is not None and not lost:
+        await elector.release()
+    await runtime.stop()
+    return 1 if lost or failed else 0

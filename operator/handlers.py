@@ -1,22 +1,28 @@
-"""Kopf handlers of `streamwal operator`: thin forwards to OperatorRuntime.
+"""Kopf handlers of `streamwal operator`: thin forwards to OperatorRuntime, and Kopf's settings.
 
-Registered into a registry built from the command line (the pod label selector is a flag).
-Kopf keeps its own bookkeeping in annotations (prefix ``streamwal.io``) and never in
-``status``: the PChannel status schema is the operator's meta and prunes anything else.
+Kopf only watches: PChannels (every event refreshes the runtime's view) and the
+streaming-node pods (the node set). It adds no finalizer (no handler needs one), so
+deleting a PChannel, or a namespace, never waits for an operator: the deleted channel
+leaves the coord's view and the nodes serving it are fenced at their next probe. Kopf
+removes the finalizer older versions of the operator added. Its bookkeeping, if any, goes
+to annotations with prefix ``streamwal.io``; ``status`` is the operator's meta.
+
+Cluster scanning is off: Kopf watches the one namespace it is given and finds the
+resources by API discovery, so it needs neither to list namespaces nor to watch CRDs
+(neither is granted by the chart's Role).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
 import kopf
 
-from streamwal.errors import StreamingError
 from streamwal.operator.kube_meta_store import GROUP, PLURAL, VERSION
-from streamwal.operator.runtime import OperatorConfig, OperatorRuntime
+from streamwal.operator.runtime import OperatorRuntime
 
-log = logging.getLogger("streamwal.operator")
 FINALIZER = "streamwal.io/release"
 
 
@@ -31,81 +37,40 @@ def parse_selector(text: str) -> dict[str, str]:
     return out
 
 
-def build_registry(cfg: OperatorConfig) -> kopf.OperatorRegistry:
-    registry = kopf.OperatorRegistry()
-    holder: dict[str, OperatorRuntime] = {}
-    labels = parse_selector(cfg.node_selector)
+def settings() -> kopf.OperatorSettings:
+    out = kopf.OperatorSettings()
+    out.scanning.disabled = True
+    out.persistence.finalizer = FINALIZER
+    out.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="streamwal.io")
+    out.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix="streamwal.io", key="last-handled-configuration"
+    )
+    out.posting.level = logging.WARNING
+    out.watching.server_timeout = 60
+    out.watching.client_timeout = 90
+    return out
 
-    def runtime() -> OperatorRuntime:
-        return holder["runtime"]
+
+def build_registry(
+    runtime: OperatorRuntime, loop: asyncio.AbstractEventLoop
+) -> kopf.OperatorRegistry:
+    """Handlers that pass events to `runtime`, which lives in `loop` (Kopf runs in its own
+    thread and loop)."""
+    registry = kopf.OperatorRegistry()
+    labels = parse_selector(runtime.cfg.node_selector)
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
         # A fresh registry has none of Kopf's default login handlers: in-cluster or kubeconfig.
         return kopf.login_via_client(**kwargs)
 
-    @kopf.on.startup(registry=registry)
-    async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
-        settings.persistence.finalizer = FINALIZER
-        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
-            prefix="streamwal.io"
-        )
-        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-            prefix="streamwal.io", key="last-handled-configuration"
-        )
-        settings.posting.level = logging.WARNING
-        settings.watching.server_timeout = 60
-        settings.watching.client_timeout = 90
-        holder["runtime"] = OperatorRuntime(cfg)
-        await holder["runtime"].start()
-
-    @kopf.on.cleanup(registry=registry)
-    async def cleanup(**_: Any) -> None:
-        if "runtime" in holder:
-            await holder["runtime"].stop()
-
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
     async def pchannel_event(name: str, body: kopf.Body, **_: Any) -> None:
-        rt = runtime()
-        rt.touch()
-        generation = body.get("metadata", {}).get("generation")
-        observed = (body.get("status") or {}).get("observedGeneration")
-        if generation and observed is not None and generation != observed:
-            try:
-                await rt.heal(name, refresh=True)  # spec changed: say we saw it, now
-            except StreamingError as err:
-                log.warning("heal failed", extra={"pchannel": name, "error": str(err)})
-        rt.request_refresh()
-
-    @kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, cancellation_timeout=2.0)
-    async def pchannel_daemon(name: str, stopped: kopf.DaemonStopped, **_: Any) -> None:
-        """Keeps the activity gate open and heals status every resync period."""
-        rt = runtime()
-        next_heal = 0.0
-        loop_time = 0.0
-        while not stopped:
-            rt.touch()
-            if loop_time >= next_heal:
-                try:
-                    await rt.heal(name)
-                except StreamingError as err:
-                    log.warning("heal failed", extra={"pchannel": name, "error": str(err)})
-                next_heal = loop_time + cfg.resync
-            await stopped.wait(1.0)
-            loop_time += 1.0
-
-    @kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry)
-    async def pchannel_deleted(name: str, **_: Any) -> None:
-        rt = runtime()
-        rt.touch()
-        try:
-            await rt.release(name)
-        except StreamingError as err:
-            raise kopf.TemporaryError(f"release of {name} failed: {err}", delay=1.0) from err
+        done = asyncio.run_coroutine_threadsafe(runtime.pchannel_event(name, dict(body)), loop)
+        await asyncio.wrap_future(done)
 
     @kopf.on.event("", "v1", "pods", labels=labels, registry=registry)
     async def pod_event(type: str | None, body: kopf.Body, **_: Any) -> None:
-        runtime().touch()
-        runtime().pod_event(type, dict(body))
+        loop.call_soon_threadsafe(runtime.pod_event, type, dict(body))
 
     return registry

@@ -153,6 +153,15 @@ class KubeMetaStore(MetaStore):
             raise Unavailable(f"{name}: status write failed: {err.status} {err.reason}") from None
         return self._stored(out)
 
+    async def remove_annotation(self, name: str, key: str) -> None:
+        """Drop annotation `key` of PChannel `name` (a merge patch deletes a null key)."""
+        body = {"metadata": {"annotations": {key: None}}}
+        await self._call(
+            self.api.patch_namespaced_custom_object,
+            GROUP, VERSION, self.namespace, PLURAL, name, body,
+            _content_type="application/merge-patch+json",
+        )  # fmt: skip
+
     async def get_cluster(self) -> tuple[cpb.ClusterRecord, str | None]:
         out = cpb.ClusterRecord()
         out.CopyFrom(self._cluster)

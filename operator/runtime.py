@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client, config
+from prometheus_client import Gauge
 
 from streamwal.coord.coordinator import CoordConfig, Coordinator
 from streamwal.coord.meta_store import VersionConflict
 from streamwal.coord.server import serve_metrics, start_grpc
-from streamwal.errors import ChannelNotExist, StreamingError
+from streamwal.errors import InvalidArgument, StreamingError
 from streamwal.operator import pods as podlib
 from streamwal.operator import status as st
 from streamwal.operator.kube_meta_store import GROUP, KIND, VERSION, KubeMetaStore
@@ -29,10 +29,13 @@ from streamwal.tasks import cancel_and_wait
 
 log = logging.getLogger("streamwal.operator")
 
-# The coordinator acts only while Kopf is running our handlers: per-PChannel daemons touch
-# the gate every second and Kopf stops them when peering pauses this replica.
-GATE_SECONDS = 5.0
+# `kubectl annotate pch NAME streamwal.io/accept-data-loss=true`: the Kubernetes face of
+# `streamwal channel accept-loss` (a one-shot action, removed once carried out).
+ACCEPT_DATA_LOSS = "streamwal.io/accept-data-loss"
+
 STANDBY = "this operator replica is not the active one"
+# A broadcast store that failed to load (say, the ConfigMap API refused) is retried.
+BROADCAST_RETRY_SECONDS = 5.0
 
 
 @dataclass
@@ -56,6 +59,12 @@ def load_api() -> client.ApiClient:
 
 
 class OperatorRuntime:
+    """The coordinator over PChannel objects; it reconciles only while `lead()` holds.
+
+    Every replica keeps its view fresh (Kopf's watches feed `pchannel_event` and
+    `pod_event`) and serves AssignmentDiscover from it; only the elected one writes.
+    """
+
     def __init__(self, cfg: OperatorConfig) -> None:
         self.cfg = cfg
         self.api = load_api()
@@ -67,19 +76,29 @@ class OperatorRuntime:
         )
         self.coord.listener = self._on_outcome
         self.coord.active = False
-        # Broadcasts are driven by the active replica only (started by the activity gate).
+        # Broadcasts are driven by the active replica only (started by `lead`).
         self.coord.broadcaster.held = STANDBY
         self.pods: dict[str, dict[str, Any]] = {}
+        # What Prometheus compares the serving replicas with (the under-replicated alert).
+        self.replicas_wanted = Gauge(
+            "streamwal_pchannel_replicas_wanted",
+            "spec.replicas of every PChannel.",
+            ["pchannel"],
+            registry=self.coord.metrics.registry,
+        )
+        self._wanted: dict[str, int] = {}
         self.grpc_port: int | None = None
         self.metrics_port: int | None = None
         self._server = None
-        self._last_touch = 0.0
-        self._broadcast_retry_at = 0.0
         self._refresh_wanted = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
 
     def _live_count(self) -> int:
         return len(self.coord.tracker.live())
+
+    @property
+    def active(self) -> bool:
+        return self.coord.active
 
     async def start(self) -> None:
         await self.coord.start()
@@ -90,8 +109,8 @@ class OperatorRuntime:
         if self.cfg.metrics:
             self.metrics_port = serve_metrics(self.coord, self.cfg.metrics)
         self._tasks = [
-            asyncio.create_task(self._gate_loop(), name="operator-gate"),
             asyncio.create_task(self._refresh_loop(), name="operator-refresh"),
+            asyncio.create_task(self._resync_loop(), name="operator-resync"),
         ]
         log.info(
             "operator started",
@@ -100,54 +119,61 @@ class OperatorRuntime:
         )  # fmt: skip
 
     async def stop(self) -> None:
+        self.coord.active = False
         await cancel_and_wait(self._tasks)
         if self._server is not None:
             await self._server.stop(grace=1.0)
         await self.coord.stop()
         self.api.close()
 
-    # ----------------------------------------------------------------- activity gate
+    async def lead(self) -> None:
+        """This replica was elected: reconcile from a fresh read, drive broadcasts."""
+        log.info("operator active: reconciling")
+        with suppress(StreamingError):
+            await self._refresh()
+        self.coord.active = True
+        self.coord.wake()
+        self._spawn(self._start_broadcasts())
 
-    def touch(self) -> None:
-        """A Kopf handler ran: this replica is the active one."""
-        self._last_touch = time.monotonic()
-
-    async def _gate_loop(self) -> None:
-        while True:
-            active = time.monotonic() - self._last_touch < GATE_SECONDS
-            if active and not self.coord.active:
-                log.info("operator active: reconciling")
-                with suppress(StreamingError):
-                    await self.coord.refresh()
-            elif not active and self.coord.active:
-                log.info("operator paused: not reconciling")
-                self.coord.broadcaster.held = STANDBY
-                await self.coord.broadcaster.stop(STANDBY)
-            self.coord.active = active
-            if active and self.coord.broadcaster.standby is not None:
-                await self._start_broadcasts()
-            await asyncio.sleep(0.5)
+    async def stop_acting(self) -> None:
+        """Leadership is lost: no reconcile round, no broadcast from now on."""
+        self.coord.active = False
+        self.coord.broadcaster.held = STANDBY
+        await self.coord.broadcaster.stop(STANDBY)
 
     async def _start_broadcasts(self) -> None:
-        """Load the broadcast ConfigMaps and resume pending tasks (retried every 5 s).
+        """Load the broadcast ConfigMaps and resume pending tasks (retried while leading).
 
         Reconciling PChannels does not wait for this: a failing ConfigMap API (say, a chart
         without the ConfigMap rule) only leaves broadcasts answering OnShutdown.
         """
-        if time.monotonic() < self._broadcast_retry_at:
-            return
-        self.coord.broadcaster.held = None
-        try:
-            await self.coord.broadcaster.start()
-        except Exception as err:  # API unreachable or forbidden: stay standby, retry
-            self.coord.broadcaster.held = STANDBY
-            self._broadcast_retry_at = time.monotonic() + GATE_SECONDS
-            log.warning("broadcast tasks not loaded", extra={"error": str(err)})
+        while self.coord.active:
+            self.coord.broadcaster.held = None
+            try:
+                await self.coord.broadcaster.start()
+                return
+            except Exception as err:  # API unreachable or forbidden: stay standby, retry
+                self.coord.broadcaster.held = STANDBY
+                log.warning("broadcast tasks not loaded", extra={"error": str(err)})
+            await asyncio.sleep(BROADCAST_RETRY_SECONDS)
 
     # ----------------------------------------------------------------- inputs
 
     def request_refresh(self) -> None:
         self._refresh_wanted.set()
+
+    async def _refresh(self) -> None:
+        """Re-list PChannels into the coordinator; export their wanted replica counts."""
+        await self.coord.refresh()
+        wanted = {
+            name: int((obj.get("spec") or {}).get("replicas") or 1)
+            for name, obj in self.store.objects.items()
+        }
+        for gone in self._wanted.keys() - wanted.keys():
+            self.replicas_wanted.remove(gone)
+        for name, count in wanted.items():
+            self.replicas_wanted.labels(name).set(count)
+        self._wanted = wanted
 
     async def _refresh_loop(self) -> None:
         """Re-list PChannels after changes, at most every 0.2 s (events come in bursts)."""
@@ -155,10 +181,64 @@ class OperatorRuntime:
             await self._refresh_wanted.wait()
             self._refresh_wanted.clear()
             try:
-                await self.coord.refresh()
+                await self._refresh()
             except Exception:
                 log.exception("refresh failed")
             await asyncio.sleep(0.2)
+
+    async def _resync_loop(self) -> None:
+        """Every `resync` seconds: re-list, and heal every status that drifted."""
+        while True:
+            await asyncio.sleep(self.cfg.resync)
+            if not self.coord.active:
+                continue
+            try:
+                await self._refresh()
+                for name in list(self.store.objects):
+                    await self.heal(name)
+            except StreamingError as err:
+                log.warning("resync failed", extra={"error": str(err)})
+
+    async def pchannel_event(self, name: str, body: dict[str, Any]) -> None:
+        """A PChannel changed: refresh the view; a new generation is acknowledged at once."""
+        annotations = (body.get("metadata") or {}).get("annotations") or {}
+        if self.coord.active and annotations.get(ACCEPT_DATA_LOSS) == "true":
+            await self._accept_data_loss(name)
+        generation = (body.get("metadata") or {}).get("generation")
+        observed = (body.get("status") or {}).get("observedGeneration")
+        if self.coord.active and generation and observed is not None and generation != observed:
+            try:
+                await self.heal(name, refresh=True)
+            except StreamingError as err:
+                log.warning("heal failed", extra={"pchannel": name, "error": str(err)})
+        self.request_refresh()
+
+    async def _accept_data_loss(self, name: str) -> None:
+        """The user accepts that a single copy lost acknowledged records (see the DataLoss
+        condition): it is served again above every acknowledged offset; the annotation
+        goes once that is done, or at once when there is no loss to accept."""
+        try:
+            await self.coord.accept_data_loss(name)
+        except InvalidArgument as err:  # nothing to accept (any more)
+            log.info(
+                "accept-data-loss annotation ignored", extra={"pchannel": name, "why": str(err)}
+            )
+        except StreamingError as err:
+            log.warning(
+                "accepting the data loss failed", extra={"pchannel": name, "error": str(err)}
+            )
+            return
+        else:
+            self.store.notes.pop(name, None)
+            self._spawn(
+                self.post_event(
+                    name,
+                    "DataLossAccepted",
+                    "served again above every acknowledged offset",
+                    "Warning",
+                )
+            )
+        await self.store.remove_annotation(name, ACCEPT_DATA_LOSS)
 
     def pod_event(self, kind: str | None, pod: dict[str, Any]) -> None:
         name = pod["metadata"]["name"]
@@ -171,7 +251,7 @@ class OperatorRuntime:
     async def heal(self, name: str, refresh: bool = False) -> None:
         """Rewrite status when it differs from what it should say (generation, condition)."""
         if refresh:
-            await self.coord.refresh()
+            await self._refresh()
         obj = self.store.objects.get(name)
         if obj is None:
             self.request_refresh()
@@ -182,14 +262,6 @@ class OperatorRuntime:
                 await self.coord.touch(name)
             except VersionConflict:
                 self.request_refresh()
-
-    async def release(self, name: str) -> None:
-        """Finalizer: tombstone the status (Releasing) and Remove the channel on its node."""
-        await self.coord.refresh()
-        # ChannelNotExist: released already (a retried handler) or never known.
-        with suppress(ChannelNotExist):
-            await self.coord.destroy_channels([name])
-        self.store.notes.pop(name, None)
 
     # ----------------------------------------------------------------- outputs
 
@@ -217,6 +289,15 @@ class OperatorRuntime:
                 f"acknowledged at or after offset {fields.get('min_next_offset')} are stranded"
             )
             self._spawn(self.post_event(name, "UncleanFailover", message, "Warning"))
+        elif kind == "data-loss":
+            message = (
+                f"the only copy lost acknowledged records: {fields.get('cause')}; it is not "
+                f"served until the loss is accepted: kubectl annotate pch {name} "
+                f"{ACCEPT_DATA_LOSS}=true"
+            )
+            self.store.notes[name] = st.Note("DataLoss", message)
+            self._spawn(self.post_event(name, "DataLoss", message, "Warning"))
+            self._spawn(self._touch_later(name))
         elif kind == "unavailable":
             message = f"node {fields.get('node')} lost and no live node can take the pchannel"
             self._spawn(self.post_event(name, "Unavailable", message, "Warning"))

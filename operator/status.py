@@ -3,8 +3,12 @@
 PChannel status is the operator's persisted meta. The mapping is lossless for what the
 coord's state machine needs (state, term, node, histories, and for replicated pchannels
 the replica set, the previous set of a pending change and its `jointUntil`; the wanted
-count comes from `spec.replicas`); `Releasing` is the tombstone the finalizer writes
-before it tells the nodes to let go.
+count comes from `spec.replicas`).
+
+Status is written as a JSON merge patch, where an absent key leaves the stored value alone
+and only `null` deletes it: every optional key is therefore always written, as `null`
+when the record has nothing for it. (A finished replica change once stayed "in progress"
+for ever because `previousReplicas` was simply left out of the patch.)
 """
 
 from __future__ import annotations
@@ -26,7 +30,6 @@ STATE_NAMES = {
     S.PCHANNEL_META_STATE_UNAVAILABLE: "Unavailable",
 }
 STATES = {v: k for k, v in STATE_NAMES.items()}
-RELEASING = "Releasing"
 
 
 @dataclass(frozen=True)
@@ -45,7 +48,6 @@ def record_from_object(obj: Obj) -> cpb.ChannelRecord:
     meta = record.meta
     meta.channel.name = obj["metadata"]["name"]
     meta.channel.term = int(status.get("term") or 0)
-    # A released channel's meta state no longer matters: the coord ignores tombstones.
     meta.state = STATES.get(state_name, S.PCHANNEL_META_STATE_UNINITIALIZED)
     node = status.get("node") or {}
     if node.get("address"):
@@ -59,7 +61,6 @@ def record_from_object(obj: Obj) -> cpb.ChannelRecord:
                 server_id=int(hn.get("id") or 0), address=hn.get("address", "")
             ),
         )
-    record.destroyed = state_name == RELEASING
     record.owner.role = "kubernetes"
     record.replicas = int((obj.get("spec") or {}).get("replicas") or 1)
     record.members.extend(_nodes(status.get("replicas")))
@@ -92,8 +93,6 @@ def ready_condition(record: cpb.ChannelRecord, note: Note | None, live_nodes: in
     """Ready with a reason and a message a user can act on, for every outcome."""
     meta = record.meta
     term, node = meta.channel.term, meta.node
-    if record.destroyed:
-        return _cond("False", "Releasing", "being released on its node before deletion")
     if meta.state == S.PCHANNEL_META_STATE_ASSIGNED:
         return _cond(
             "True",
@@ -123,7 +122,8 @@ def status_patch(
     """The full status the operator writes for `record` over the current object `obj`.
 
     `lastTransitionTime` is kept while the condition's status does not change; every write
-    carries the object's generation as `observedGeneration`.
+    carries the object's generation as `observedGeneration`; keys the record has no value
+    for are `None` (`null` deletes them in a merge patch).
     """
     meta = record.meta
     old = obj.get("status") or {}
@@ -139,7 +139,7 @@ def status_patch(
     condition = {**ready, "lastTransitionTime": stamp, "observedGeneration": generation}
     state = STATE_NAMES.get(meta.state, "Pending")
     status: Obj = {
-        "state": RELEASING if record.destroyed else state,
+        "state": state,
         "term": meta.channel.term,
         "node": (
             {"id": meta.node.server_id, "address": meta.node.address} if meta.node.address else None
@@ -150,14 +150,13 @@ def status_patch(
         ],
         "conditions": [condition],
         "observedGeneration": generation,
-    }
-    if record.members:
-        status["replicas"] = _replicas(record)
-    if record.previous_members:
-        status["previousReplicas"] = [
+        "replicas": _replicas(record) or None,
+        "previousReplicas": [
             {"id": m.server_id, "address": m.address} for m in record.previous_members
         ]
-        status["jointUntil"] = record.joint_until
+        or None,
+        "jointUntil": record.joint_until if record.previous_members else None,
+    }
     return status
 
 
@@ -167,11 +166,9 @@ def status_differs(current: Obj, desired: Obj) -> bool:
     want = dict(desired)
     for s in (cur, want):
         s.pop("conditions", None)
-        for key in ("histories", "replicas", "previousReplicas", "jointUntil"):
+        for key in ("node", "histories", "replicas", "previousReplicas", "jointUntil"):
             if not s.get(key):
                 s.pop(key, None)
-        if s.get("node") is None:
-            s.pop("node", None)
     if cur != want:
         return True
     c = next((c for c in (current or {}).get("conditions") or [] if c.get("type") == "Ready"), {})

@@ -37,6 +37,12 @@ class ChannelRecord(_message.Message):
     joint_until: int
     def __init__(self, meta: _Optional[_Union[_streaming_pb2.PChannelMeta, _Mapping]] = ..., owner: _Optional[_Union[OwnerDescription, _Mapping]] = ..., destroyed: _Optional[bool] = ..., created_at_ms: _Optional[int] = ..., replicas: _Optional[int] = ..., members: _Optional[_Iterable[_Union[_streaming_pb2.StreamingNodeInfo, _Mapping]]] = ..., previous_members: _Optional[_Iterable[_Union[_streaming_pb2.StreamingNodeInfo, _Mapping]]] = ..., joint_until: _Optional[int] = ...) -> None: ...
 
+class ChannelManifest(_message.Message):
+    __slots__ = ("names",)
+    NAMES_FIELD_NUMBER: _ClassVar[int]
+    names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, names: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class ClusterRecord(_message.Message):
     __slots__ = ("incarnation", "drained_nodes")
     INCARNATION_FIELD_NUMBER: _ClassVar[int]

@@ -412,14 +412,16 @@ class StreamingNodeBalanceAttributes(_message.Message):
     def __init__(self) -> None: ...
 
 class StreamingNodeManagerCollectStatusResponse(_message.Message):
-    __slots__ = ("balance_attributes", "server_id", "channels")
+    __slots__ = ("balance_attributes", "server_id", "channels", "wall_time_ms")
     BALANCE_ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
     SERVER_ID_FIELD_NUMBER: _ClassVar[int]
     CHANNELS_FIELD_NUMBER: _ClassVar[int]
+    WALL_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     balance_attributes: StreamingNodeBalanceAttributes
     server_id: int
     channels: _containers.RepeatedCompositeFieldContainer[PChannelStatus]
-    def __init__(self, balance_attributes: _Optional[_Union[StreamingNodeBalanceAttributes, _Mapping]] = ..., server_id: _Optional[int] = ..., channels: _Optional[_Iterable[_Union[PChannelStatus, _Mapping]]] = ...) -> None: ...
+    wall_time_ms: int
+    def __init__(self, balance_attributes: _Optional[_Union[StreamingNodeBalanceAttributes, _Mapping]] = ..., server_id: _Optional[int] = ..., channels: _Optional[_Iterable[_Union[PChannelStatus, _Mapping]]] = ..., wall_time_ms: _Optional[int] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
     __slots__ = ("pchannel", "from_offset", "end_offset")
@@ -530,7 +532,7 @@ class RetentionPolicy(_message.Message):
     def __init__(self, max_age_ms: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
 
 class PChannelStatus(_message.Message):
-    __slots__ = ("pchannel", "first_offset", "next_offset", "last_time_tick", "size_bytes", "producers", "consumers", "role", "last_term", "commit_offset", "replicas", "data_loss")
+    __slots__ = ("pchannel", "first_offset", "next_offset", "last_time_tick", "size_bytes", "producers", "consumers", "role", "last_term", "commit_offset", "replicas", "data_loss", "unhealthy")
     PCHANNEL_FIELD_NUMBER: _ClassVar[int]
     FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
     NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -543,6 +545,7 @@ class PChannelStatus(_message.Message):
     COMMIT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     DATA_LOSS_FIELD_NUMBER: _ClassVar[int]
+    UNHEALTHY_FIELD_NUMBER: _ClassVar[int]
     pchannel: PChannelInfo
     first_offset: int
     next_offset: int
@@ -555,7 +558,8 @@ class PChannelStatus(_message.Message):
     commit_offset: int
     replicas: _containers.RepeatedCompositeFieldContainer[ReplicaProgress]
     data_loss: str
-    def __init__(self, pchannel: _Optional[_Union[PChannelInfo, _Mapping]] = ..., first_offset: _Optional[int] = ..., next_offset: _Optional[int] = ..., last_time_tick: _Optional[int] = ..., size_bytes: _Optional[int] = ..., producers: _Optional[int] = ..., consumers: _Optional[int] = ..., role: _Optional[_Union[ReplicaRole, str]] = ..., last_term: _Optional[int] = ..., commit_offset: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaProgress, _Mapping]]] = ..., data_loss: _Optional[str] = ...) -> None: ...
+    unhealthy: str
+    def __init__(self, pchannel: _Optional[_Union[PChannelInfo, _Mapping]] = ..., first_offset: _Optional[int] = ..., next_offset: _Optional[int] = ..., last_time_tick: _Optional[int] = ..., size_bytes: _Optional[int] = ..., producers: _Optional[int] = ..., consumers: _Optional[int] = ..., role: _Optional[_Union[ReplicaRole, str]] = ..., last_term: _Optional[int] = ..., commit_offset: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaProgress, _Mapping]]] = ..., data_loss: _Optional[str] = ..., unhealthy: _Optional[str] = ...) -> None: ...
 
 class ReplicaSet(_message.Message):
     __slots__ = ("role", "members", "leader")

@@ -194,19 +194,25 @@ def check(
     return verdict
 
 
-def _check_acks(acked: list[Acked], verdict: Verdict) -> None:
-    """What the acknowledgements alone say: one message per offset, one offset per
-    message."""
+def acked_twice(acked: Iterable[Acked]) -> list[str]:
+    """What the acknowledgements alone say is wrong: an offset acknowledged to two
+    messages (a log that lost its end and handed offsets out again), or one message at
+    two offsets."""
     at: dict[int, bytes] = {}
     where: dict[bytes, int] = {}
+    out = []
     for a in acked:
         body = a.payload
         if at.setdefault(a.offset, body) != body:
-            verdict.add(
-                "acked_twice", f"offset {a.offset} acknowledged to {at[a.offset]!r} and {body!r}"
-            )
+            out.append(f"offset {a.offset} acknowledged to {at[a.offset]!r} and {body!r}")
         if where.setdefault(body, a.offset) != a.offset:
-            verdict.add("acked_twice", f"{body!r} acknowledged at {where[body]} and {a.offset}")
+            out.append(f"{body!r} acknowledged at {where[body]} and {a.offset}")
+    return out
+
+
+def _check_acks(acked: list[Acked], verdict: Verdict) -> None:
+    for problem in acked_twice(acked):
+        verdict.add("acked_twice", problem)
 
 
 def _check_agreement(copies: list[Log], verdict: Verdict) -> None:

@@ -2,6 +2,8 @@
 
 import os
 
+import pytest
+
 # The suite runs gRPC clients and servers in this process and later forks it (PySpark
 # launches its JVM with Popen(preexec_fn=...), which forks). gRPC's fork handlers are
 # skipped when other threads are inside gRPC at that moment ("skipping fork() handlers")
@@ -14,3 +16,44 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 # suite starts a few hundred fresh nodes, so it runs them without, except where a test
 # turns it on (tests/node/test_wal_prewarm.py).
 os.environ.setdefault("STREAMWAL_NODE_WAL_PREWARM", "0")
+
+
+# ---------------------------------------------------------------------- Kubernetes
+# One real control plane (etcd + kube-apiserver, tests/control_plane.py) per session,
+# started by the first test that asks for it; the run's header and summary name it.
+
+_control_plane: list = []
+
+
+def pytest_report_header(config) -> str | None:
+    from tests.control_plane import assets_dir, binary_version
+
+    apiserver = assets_dir() / "kube-apiserver"
+    if not apiserver.exists():
+        return f"kube-apiserver: not installed in {assets_dir()} (scripts/setup --test)"
+    return f"kube-apiserver: {binary_version(apiserver)} from {assets_dir()}"
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    for cp in _control_plane:
+        terminalreporter.write_line(
+            f"kube control plane: kube-apiserver {cp.version}, etcd {cp.etcd_version}, "
+            f"at {cp.server}, started once in {cp.started_in:.1f} s"
+        )
+
+
+@pytest.fixture(scope="session")
+def kube_control_plane(tmp_path_factory):
+    from tests.control_plane import ControlPlane, assets_dir
+
+    cp = ControlPlane(assets_dir(), tmp_path_factory.mktemp("control-plane"))
+    try:
+        cp.start()
+    except BaseException:
+        cp.stop()
+        raise
+    _control_plane.append(cp)
+    try:
+        yield cp
+    finally:
+        cp.stop()

@@ -252,6 +252,10 @@ class Cluster:
 
     # ----------------------------------------------------------------- plumbing
 
+    def wall(self) -> float:
+        """Simulated wall-clock seconds: every clock in the run agrees with it."""
+        return self.config.epoch_ms / 1000 + self.loop.time()
+
     def node_by_address(self, address: str) -> SimNode | None:
         return self._by_address.get(address)
 
@@ -299,7 +303,12 @@ class Cluster:
             fence_timeout=1.0,
         )
         coord = Coordinator(
-            store, config, links=links, clock=self.loop.time, step_hooks=[self._step_hook]
+            store,
+            config,
+            links=links,
+            clock=self.loop.time,
+            step_hooks=[self._step_hook],
+            wall=self.wall,
         )
         self.coord = coord
         await coord.start()

@@ -420,7 +420,7 @@ class SimNode:
         done.add_done_callback(lambda f: f.cancelled() or f.exception())
 
     def _now_ms(self) -> int:
-        return int(asyncio.get_running_loop().time() * 1000) + self.cluster.config.epoch_ms
+        return int(self.cluster.wall() * 1000)
 
     # ----------------------------------------------------------------- RPCs: coord
 
@@ -465,7 +465,9 @@ class SimNode:
         await self._steps(core, core.remove(term))
 
     async def collect_status(self) -> pb.StreamingNodeManagerCollectStatusResponse:
-        out = pb.StreamingNodeManagerCollectStatusResponse(server_id=self.id)
+        out = pb.StreamingNodeManagerCollectStatusResponse(
+            server_id=self.id, wall_time_ms=int(self.cluster.wall() * 1000)
+        )
         for core in self.cores.values():
             if core.known and core.reported:
                 out.channels.append(core.status())

@@ -1,5 +1,5 @@
 """connect(namespace=...): the coord Service of a streamwal installation, found through the
-Kubernetes API (the API server emulator of tests/kube, real kubernetes client)."""
+Kubernetes API (the real kube-apiserver of the test session, real kubernetes client)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from streamwal.client.kube_discovery import (
     kube_api_client,
 )
 from streamwal.errors import InvalidArgument, Unavailable
-from tests.kube.conftest import emulator, kubeconfig  # noqa: F401  (fixtures)
+from tests.kube.conftest import kube_ns, kubeconfig  # noqa: F401  (fixtures)
 
 
 def service(name: str, port: int = 19500, port_name: str = "grpc") -> dict:
@@ -35,20 +35,24 @@ def test_the_one_coord_service_gives_the_address() -> None:
         coord_address_from_services([service("x", port_name="http")], "prod")
 
 
-async def test_connect_by_namespace_finds_the_coord_service(kubeconfig) -> None:  # noqa: F811
+async def test_connect_by_namespace_finds_the_coord_service(
+    kubeconfig,  # noqa: F811
+    kube_ns,  # noqa: F811
+    kube_control_plane,
+) -> None:
     api = kube_api_client(str(kubeconfig))
     try:
         core = client.CoreV1Api(api)
-        core.create_namespace({"metadata": {"name": "sw"}})
-        core.create_namespaced_service("sw", service("streamwal-coord"))
+        core.create_namespaced_service(kube_ns, service("streamwal-coord"))
         other = service("web")
         other["metadata"]["labels"] = {"app.kubernetes.io/component": "web"}
-        core.create_namespaced_service("sw", other)
+        core.create_namespaced_service(kube_ns, other)
     finally:
         api.close()
-    address = coord_address_in_namespace("sw", kubeconfig=str(kubeconfig))
-    assert address == "streamwal-coord.sw.svc:19500"
+    address = coord_address_in_namespace(kube_ns, kubeconfig=str(kubeconfig))
+    assert address == f"streamwal-coord.{kube_ns}.svc:19500"
+    empty = kube_control_plane.create_namespace()
     with pytest.raises(Unavailable, match="is streamwal installed"):
-        await connect(namespace="empty", kubeconfig=str(kubeconfig))
+        await connect(namespace=empty, kubeconfig=str(kubeconfig))
     with pytest.raises(InvalidArgument, match="either coord"):
         await connect(coord="127.0.0.1:1", namespace="sw")

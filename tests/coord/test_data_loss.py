@@ -32,7 +32,8 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 async def test_a_lost_single_copy_waits_for_accept_loss_and_never_reuses_an_offset(
     tmp_path,
 ) -> None:
-    cluster = LocalCluster(tmp_path, nodes=2, probe_interval=0.2, grace=1.0)
+    # a grace long enough that the owner is back before it would be failed over uncleanly
+    cluster = LocalCluster(tmp_path, nodes=2, probe_interval=0.2, grace=10.0)
     wal = None
     try:
         await cluster.start()

@@ -86,7 +86,7 @@ def test_never_misses_a_committed_offset_exhaustive() -> None:
 
 def test_a_replica_that_lost_acknowledged_records_never_leads() -> None:
     # node 1 has the longest log, but its records fail their checksums: node 2 leads
-    damaged = FenceReport(1, 4, 90, commit_offset=80, data_loss="record 40 unreadable")
+    damaged = FenceReport(1, 4, 90, commit_offset=80, ineligible="record 40 unreadable")
     got = choose_leader(
         {1: damaged, 2: FenceReport(2, 4, 80), 3: FenceReport(3, 4, 60)},
         [[1, 2, 3]],
@@ -98,7 +98,7 @@ def test_a_replica_that_lost_acknowledged_records_never_leads() -> None:
 def test_what_a_damaged_replica_acknowledged_must_be_held_by_the_leader() -> None:
     # node 1 acknowledged up to 90 (its commit floor): node 2 ends at 85, so electing it
     # would drop records the old leader and node 1 held: wait instead
-    damaged = FenceReport(1, 4, 30, commit_offset=90, data_loss="log ends below 90")
+    damaged = FenceReport(1, 4, 30, commit_offset=90, ineligible="log ends below 90")
     got = choose_leader({1: damaged, 2: FenceReport(2, 4, 85)}, [[1, 2, 3]], candidates=[1, 2, 3])
     assert isinstance(got, NoChoice)
     assert "below the known commit offset 90" in got.reason
@@ -106,9 +106,9 @@ def test_what_a_damaged_replica_acknowledged_must_be_held_by_the_leader() -> Non
 
 def test_damaged_replicas_still_count_for_the_majority_but_cannot_lead_alone() -> None:
     got = choose_leader(
-        {1: FenceReport(1, 4, 90, data_loss="x"), 2: FenceReport(2, 4, 90, data_loss="y")},
+        {1: FenceReport(1, 4, 90, ineligible="x"), 2: FenceReport(2, 4, 90, ineligible="y")},
         [[1, 2, 3]],
         candidates=[1, 2, 3],
     )
     assert isinstance(got, NoChoice)
-    assert "lost acknowledged records" in got.reason
+    assert "no answering replica may lead" in got.reason

@@ -15,6 +15,7 @@ from streamwal.coord.meta_store import (
     CorruptRecord,
     LocalMetaStore,
     MetaStoreBusy,
+    MissingRecords,
     VersionConflict,
 )
 from streamwal.errors import InvalidArgument
@@ -81,6 +82,45 @@ async def test_corrupt_record_is_reported_not_guessed(tmp_path):
     path.write_bytes(bytes(data))
     with pytest.raises(CorruptRecord):
         LocalMetaStore(tmp_path)
+
+
+async def test_a_deleted_record_is_reported_not_forgotten(tmp_path):
+    store = LocalMetaStore(tmp_path)
+    for i in range(3):
+        await store.put_channel(record(f"ch_{i}"), expected=None)
+    await store.close()
+    (tmp_path / "channels" / "ch_1.rec").unlink()
+    with pytest.raises(MissingRecords, match="ch_1"):
+        LocalMetaStore(tmp_path)
+    forgotten = LocalMetaStore(tmp_path, forget_missing=True)
+    assert [s.name for s in await forgotten.list_channels()] == ["ch_0", "ch_2"]
+    await forgotten.close()
+    again = LocalMetaStore(tmp_path)  # dropped explicitly once: no longer missing
+    assert [s.name for s in await again.list_channels()] == ["ch_0", "ch_2"]
+    await again.close()
+
+
+def test_the_coord_refuses_to_start_without_a_record_it_had(tmp_path):
+    async def setup() -> None:
+        store = LocalMetaStore(tmp_path)
+        await store.put_channel(record("kept"), expected=None)
+        await store.put_channel(record("gone"), expected=None)
+        await store.close()
+
+    import asyncio
+
+    asyncio.run(setup())
+    (tmp_path / "channels" / "gone.rec").unlink()
+    streamwal = os.path.join(os.path.dirname(sys.executable), "streamwal")
+    run = subprocess.run(
+        [streamwal, "coord", "--meta-dir", str(tmp_path), "--nodes", "1=127.0.0.1:1",
+         "--listen", "127.0.0.1:0"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert run.returncode != 0
+    errors = [line for line in run.stderr.splitlines() if "gone" in line]
+    assert len(errors) == 1 and "lost the records" in errors[0], run.stderr
+    assert "Traceback" not in run.stderr
 
 
 def test_kill_9_while_writing_leaves_whole_records(tmp_path):

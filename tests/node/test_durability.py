@@ -94,10 +94,16 @@ async def _read_log(address: str, pch: str) -> list[ConsumedMessage]:
     return msgs
 
 
-def _check_log(msgs: list[ConsumedMessage], ledger: Ledger) -> dict[int, int]:
-    """Asserts every durability promise over the whole log; returns batch id -> offset."""
+def _check_log(msgs: list[ConsumedMessage], ledger: Ledger, dense: bool = True) -> dict[int, int]:
+    """Asserts every durability promise over the whole log; returns batch id -> offset.
+
+    Offsets are dense, except that after an unclean stop under async durability the log
+    skips the offsets a power loss might have taken (never handing them out again)."""
     offsets = [m.offset for m in msgs]
-    assert offsets == list(range(len(msgs))), "offsets are not dense from 0"
+    if dense:
+        assert offsets == list(range(len(msgs))), "offsets are not dense from 0"
+    else:
+        assert all(a < b for a, b in itertools.pairwise(offsets)), "offsets went back"
     ticks = [m.time_tick for m in msgs]
     assert all(a < b for a, b in itertools.pairwise(ticks)), "ticks went back"
     stored: dict[int, int] = {}
@@ -157,7 +163,9 @@ async def test_kill_9_during_produce_loses_nothing_acknowledged(
         started = time.monotonic()
         node = start_node("n1", *flags)
         restarts.append(time.monotonic() - started)
-        stored = _check_log(await _read_log(node.address, pchannel), ledger)
+        stored = _check_log(
+            await _read_log(node.address, pchannel), ledger, dense=durability == "sync"
+        )
         assert len(stored) >= len(ledger.acked)
     # The pchannel still takes appends after all that, right after the old end.
     async with NodeClient(node.address) as c:
@@ -165,7 +173,7 @@ async def test_kill_9_during_produce_loses_nothing_acknowledged(
         r = await producer.send(tagged(0xFFFFFF, 0))
         await producer.close()
     msgs = await _read_log(node.address, pchannel)
-    assert msgs[-1].offset >= r.offset and msgs[r.offset].payload == tagged(0xFFFFFF, 0)
+    assert msgs[-1].offset == r.offset and msgs[-1].payload == tagged(0xFFFFFF, 0)
     print(
         f"batches acked {len(ledger.acked)}, stored unacked {len(set(stored) - set(ledger.acked))}"
         f", sent {len(ledger.sizes)}, restarts {[round(s, 2) for s in restarts]} s"

@@ -7,7 +7,9 @@ import pytest
 from streamwal.errors import (
     ChannelFenced,
     ChannelNotExist,
+    DataLoss,
     IgnoredOperation,
+    InvalidArgument,
     UnmatchedChannelTerm,
     is_fencing_error,
 )
@@ -17,6 +19,7 @@ from streamwal.node.fencing import (
     Fence,
     check_access,
     decide_assign,
+    decide_damaged_assign,
     decide_remove,
 )
 
@@ -154,3 +157,29 @@ def test_fencing_errors_are_recognised() -> None:
     assert is_fencing_error(ChannelNotExist("x"))
     assert is_fencing_error(UnmatchedChannelTerm("x"))
     assert not is_fencing_error(IgnoredOperation("x"))
+
+
+TAKE, ALREADY = AssignOutcome.TAKE, AssignOutcome.ALREADY
+
+
+@pytest.mark.parametrize(
+    ("damage", "salvage", "following", "accept", "outcome", "expect"),
+    [
+        ("", False, False, False, TAKE, False),  # a whole log: nothing to decide
+        ("lost 5..9", False, True, False, ALREADY, True),  # a follower cuts and copies again
+        ("lost 5..9", False, False, False, TAKE, DataLoss),  # a single copy: refused
+        ("lost 5..9", False, False, True, TAKE, True),  # ...unless the loss is accepted
+        ("lost 5..9", False, False, True, ALREADY, InvalidArgument),  # under a new term
+        ("lost 5..9", True, True, False, TAKE, DataLoss),  # a damaged table: salvage first
+        ("lost 5..9", True, False, True, TAKE, DataLoss),
+    ],
+)
+def test_a_damaged_log_is_never_led_as_it_is(damage, salvage, following, accept, outcome, expect):
+    def decide() -> bool:
+        return decide_damaged_assign("ch", damage, salvage, following, accept, outcome)
+
+    if isinstance(expect, bool):
+        assert decide() is expect
+    else:
+        with pytest.raises(expect):
+            decide()

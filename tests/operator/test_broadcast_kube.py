@@ -3,7 +3,7 @@
 What users rely on: a broadcast sent to the operator's coord lands on every target
 vchannel exactly once; a task recorded when the operator dies is resumed by the next
 operator (its resource key still held), and ids keep counting up across the restart.
-The store itself is checked against the API emulator: guarded writes, listing, deletion.
+The store itself is checked against the real API server: guarded writes, listing, deletion.
 """
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ from streamwal.message import ResourceKey
 from streamwal.operator.kube_meta_store import BROADCAST_LABEL, KubeMetaStore
 from streamwal.proto import broadcast_pb2 as bpb
 from tests.accessor.test_broadcast import assert_exactly_once, broadcast_copies
-from tests.operator.conftest import NS, Cluster, pchannel_yaml, wait_for
+from tests.operator.conftest import Cluster, pchannel_yaml, wait_for
 
 KEY = ResourceKey("collection", "c1")
 
 
-async def test_the_store_keeps_tasks_as_guarded_configmaps(kubeconfig) -> None:
+async def test_the_store_keeps_tasks_as_guarded_configmaps(kubeconfig, kube_ns) -> None:
     api = config.new_client_from_config(config_file=str(kubeconfig))
-    store = KubeMetaStore(api, NS)
+    store = KubeMetaStore(api, kube_ns)
     try:
         task = bpb.BroadcastTask(broadcast_id=7, request_id="r", state=bt.PENDING)
         first = await store.put_broadcast(task, None)
@@ -46,7 +46,9 @@ async def test_the_store_keeps_tasks_as_guarded_configmaps(kubeconfig) -> None:
             (7, bt.DONE),
         ]
         assert listed[1].version == second.version
-        cms = store.core.list_namespaced_config_map(NS, label_selector=f"{BROADCAST_LABEL}=true")
+        cms = store.core.list_namespaced_config_map(
+            kube_ns, label_selector=f"{BROADCAST_LABEL}=true"
+        )
         assert sorted(cm.metadata.name for cm in cms.items) == [
             "streamwal-broadcast-3",
             "streamwal-broadcast-7",
@@ -59,7 +61,7 @@ async def test_the_store_keeps_tasks_as_guarded_configmaps(kubeconfig) -> None:
 
 
 def broadcast_tasks(cluster: Cluster) -> dict[int, bpb.BroadcastTask]:
-    store = KubeMetaStore(cluster.api, NS)
+    store = KubeMetaStore(cluster.api, cluster.ns)
     return {s.task.broadcast_id: s.task for s in asyncio.run(store.list_broadcasts())}
 
 
@@ -87,7 +89,8 @@ async def test_broadcast_through_the_operator_lands_and_survives_its_restart(
     ]
 
     # The next operator lists the ConfigMaps, resumes the task and holds its key again.
-    op = cluster.start_operator()
+    # (Alone: the crashed one's Lease would make it wait out the lease duration first.)
+    op = cluster.start_operator(lease=None)
     coord = f"127.0.0.1:{op.coord_port}"
 
     def appended() -> bpb.BroadcastTask | None:
@@ -115,8 +118,9 @@ async def test_broadcast_through_the_operator_lands_and_survives_its_restart(
 
 
 async def test_an_operator_that_is_not_active_refuses_broadcasts(cluster: Cluster) -> None:
-    # No PChannel and no node pod: no Kopf handler has run, so this replica is a standby.
-    op = cluster.start_operator()
+    leader = cluster.start_operator()
+    await asyncio.to_thread(wait_for, lambda: '"leading"' in leader.text(), 20, "a leader")
+    op = cluster.start_operator()  # the Lease is held: a standby
     async with BroadcastClient(f"127.0.0.1:{op.coord_port}") as b:
         with pytest.raises(OnShutdown, match="not the active one"):
             await asyncio.wait_for(b.append(b"ddl", ["ch-a_v1"]), 10)

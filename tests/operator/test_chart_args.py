@@ -30,7 +30,7 @@ def test_chart_operator_args_parse(kube_bin: Path) -> None:
     args = [a.replace("$(POD_NAMESPACE)", "streamwal") for a in container["args"][1:]]
     ctx = operator.make_context("operator", args)
     assert ctx.params["namespace"] == "streamwal"
-    assert ctx.params["peering"] and not ctx.params["standalone"]
+    assert ctx.params["lease"] == "sw-streamwal-operator"
     assert ctx.params["coord_listen"].endswith(":19500")
     assert ctx.params["liveness"] == "http://0.0.0.0:8080/healthz"
     assert ctx.params["node_selector"] == "app.kubernetes.io/component=streaming-node"

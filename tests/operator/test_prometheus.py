@@ -94,6 +94,9 @@ def test_prometheus_scrapes_node_and_operator(cluster: Cluster, tmp_path: Path) 
         )
         assert info[0]["metric"]["job"] == "streamwal-operator"
         assert info[0]["metric"].get("state") == "assigned", info
+        # spec.replicas, what the under-replicated alert compares the serving nodes with
+        wanted = query(port, 'streamwal_pchannel_replicas_wanted{pchannel="ch-prom"}')
+        assert [float(w["value"][1]) for w in wanted] == [1.0]
         up = query(port, "up")
         assert {r["metric"]["job"]: r["value"][1] for r in up} == {
             "streamwal-node": "1",

@@ -45,8 +45,6 @@ def test_ready_condition_names_the_reason_for_every_outcome() -> None:
     )
     ok = st.ready_condition(record, note, 2)  # success wins over an old failure note
     assert ok["status"] == "True" and ok["reason"] == "Assigned" and "term 1" in ok["message"]
-    record.destroyed = True
-    assert st.ready_condition(record, None, 2)["reason"] == "Releasing"
 
 
 def test_transition_time_is_kept_while_the_condition_holds() -> None:
@@ -128,3 +126,22 @@ def test_replica_set_round_trips_and_spec_replicas_is_the_wanted_count() -> None
     assert [r["id"] for r in status["previousReplicas"]] == [1, 2, 3]
     back = st.record_from_object({**with_spec, "status": status})
     assert back == record
+
+
+def test_a_finished_replica_change_deletes_its_keys_in_the_merge_patch() -> None:
+    """A merge patch leaves absent keys as stored: only null deletes them."""
+    spec = {**obj(), "spec": {"replicas": 3}}
+    record = st.record_from_object(spec)
+    record.members.extend(sm.NodeRef(n, f"n{n}:1").to_proto() for n in (1, 2, 3))
+    record.previous_members.append(sm.NodeRef(1, "n1:1").to_proto())
+    record.joint_until = 77
+    during = st.status_patch(record, st.ready_condition(record, None, 3), spec)
+    assert during["jointUntil"] == 77 and len(during["previousReplicas"]) == 1
+    del record.previous_members[:]
+    record.joint_until = 0
+    after = st.status_patch(record, st.ready_condition(record, None, 3), {**spec, "status": during})
+    assert after["previousReplicas"] is None and after["jointUntil"] is None
+    assert st.status_differs(during, after)
+    unreplicated = st.record_from_object(obj())
+    blank = st.status_patch(unreplicated, st.ready_condition(unreplicated, None, 0), obj())
+    assert blank["node"] is None and blank["replicas"] is None

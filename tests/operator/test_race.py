@@ -1,5 +1,6 @@
-"""Two operators racing on the same PChannels (peering disabled, both active) must never
-make a term go backwards: every status write is conditional on resourceVersion."""
+"""Two operators racing on the same PChannels (no Lease: both active, as two leaders would
+be for a moment if the election failed) must never make a term go backwards: every status
+write is conditional on resourceVersion."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections import defaultdict
 import pytest
 from kubernetes import watch
 
-from tests.operator.conftest import NS, Cluster, G, P, V, collect_status, pchannel_yaml, wait_for
+from tests.operator.conftest import Cluster, G, P, V, collect_status, pchannel_yaml, wait_for
 
 NAMES = [f"race-{i}" for i in range(4)]
 
@@ -26,7 +27,7 @@ def test_two_operators_racing_never_move_a_term_backwards(cluster: Cluster) -> N
         w = watch.Watch()
         while not stop.is_set():
             for ev in w.stream(
-                cluster.co.list_namespaced_custom_object, G, V, NS, P, timeout_seconds=2
+                cluster.co.list_namespaced_custom_object, G, V, cluster.ns, P, timeout_seconds=2
             ):
                 obj = ev["object"]
                 term = (obj.get("status") or {}).get("term")
@@ -38,8 +39,8 @@ def test_two_operators_racing_never_move_a_term_backwards(cluster: Cluster) -> N
     watcher = threading.Thread(target=record, daemon=True)
     watcher.start()
     try:
-        cluster.start_operator()
-        cluster.start_operator()
+        cluster.start_operator(lease=None)
+        cluster.start_operator(lease=None)
         cluster.kubectl("apply", "-f", "-", stdin=pchannel_yaml(*NAMES))
         for name in NAMES:
             wait_for(lambda n=name: cluster.ready(n), 40, f"{name} Ready")

@@ -5,7 +5,7 @@ Against a real cluster (the chart installed, operator and streaming nodes runnin
     STREAMWAL_SMOKE_KUBECONFIG=~/.kube/config STREAMWAL_SMOKE_NAMESPACE=streamwal \\
         .venv/bin/pytest tests/operator/test_smoke.py
 
-Without the variable it runs against the emulator with the operator and one real node as
+Without the variable it runs against the test control plane with the operator and one real node as
 a fake pod (what CI does). The steps use nothing but kubectl either way.
 """
 

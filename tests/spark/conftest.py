@@ -17,7 +17,7 @@ import pytest
 from streamwal.testing.local_node import LocalNode
 
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:  # the kube emulator is imported as tests.kube.emulator
+if str(ROOT) not in sys.path:  # tests.* imports (the control plane, kube fixtures)
     sys.path.insert(0, str(ROOT))
 
 os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"

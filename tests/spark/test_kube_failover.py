@@ -1,4 +1,4 @@
-"""Discovery through PChannel status in the Kubernetes API emulator, and failover.
+"""Discovery through PChannel status on the real kube-apiserver, and failover.
 
 Replication is not there yet, so the failover here is the one Kubernetes performs today:
 the owner's pod dies (SIGKILL) and comes back with its volume at a NEW address, the
@@ -17,51 +17,53 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
-from kubernetes import client, config
+from kubernetes import client
 
 from streamwal.client.sync import SyncNodeClient
 from streamwal.spark.offsets import Range
 from streamwal.spark.options import parse_source
 from streamwal.spark.reader import RangePartition, read_range
-from tests.kube.emulator import KubeEmulator
+from tests.control_plane import ControlPlane
+from tests.kube.conftest import pchannel_crd  # noqa: F401  (fixture)
 from tests.spark.helpers import assign, produce, status
 
-ROOT = Path(__file__).resolve().parents[2]
-G, V, P, NS = "streamwal.io", "v1alpha1", "pchannels", "default"
+G, V, P = "streamwal.io", "v1alpha1", "pchannels"
 
 
 class Kube:
-    """PChannel objects in the emulator, written as the operator would."""
+    """PChannel objects in a namespace of the real API server, written as the operator
+    would."""
 
-    def __init__(self, emulator: KubeEmulator, kubeconfig: Path) -> None:
-        self.kubeconfig = kubeconfig
-        api = config.new_client_from_config(config_file=str(kubeconfig))
-        crd = yaml.safe_load((ROOT / "crds" / "pchannels.streamwal.io.yaml").read_text())
-        client.ApiextensionsV1Api(api).create_custom_resource_definition(crd)
-        self.objects = client.CustomObjectsApi(api)
+    def __init__(self, cp: ControlPlane, tmp: Path) -> None:
+        self.ns = cp.create_namespace()
+        self.kubeconfig = cp.admin_kubeconfig(tmp / "kubeconfig", self.ns)
+        self.api = cp.api(self.kubeconfig)
+        self.objects = client.CustomObjectsApi(self.api)
 
     def pchannel(self, name: str, state: str, term: int, node_id: int, address: str) -> None:
         try:
             self.objects.create_namespaced_custom_object(
-                G, V, NS, P, {"apiVersion": f"{G}/{V}", "kind": "PChannel",
+                G, V, self.ns, P, {"apiVersion": f"{G}/{V}", "kind": "PChannel",
                               "metadata": {"name": name}, "spec": {}}
             )  # fmt: skip
         except client.exceptions.ApiException as exc:
             if exc.status != 409:
                 raise
         status = {"state": state, "term": term, "node": {"id": node_id, "address": address}}
-        self.objects.patch_namespaced_custom_object_status(G, V, NS, P, name, {"status": status})
+        self.objects.patch_namespaced_custom_object_status(
+            G, V, self.ns, P, name, {"status": status}
+        )
 
 
 @pytest.fixture
-def kube(tmp_path: Path):
-    with KubeEmulator() as emulator:
-        yield Kube(emulator, emulator.kubeconfig(tmp_path / "kubeconfig"))
+def kube(kube_control_plane: ControlPlane, pchannel_crd: None, tmp_path: Path):  # noqa: F811
+    k = Kube(kube_control_plane, tmp_path)
+    yield k
+    k.api.close()
 
 
 def kube_options(kube: Kube, **extra: str) -> dict[str, str]:
-    return {"kubernetes": NS, "kubeconfig": str(kube.kubeconfig), **extra}
+    return {"kubernetes": kube.ns, "kubeconfig": str(kube.kubeconfig), **extra}
 
 
 def test_batch_read_finds_owners_through_pchannel_status(spark, start_node, kube):

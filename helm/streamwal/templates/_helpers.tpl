@@ -53,6 +53,125 @@ capabilities:
   drop: [ALL]
 {{- end -}}
 
+{{/* The ServiceAccount the operator runs as. */}}
+{{- define "streamwal.serviceAccountName" -}}
+{{- .Values.serviceAccount.name | default (printf "%s-operator" (include "streamwal.fullname" .)) -}}
+{{- end -}}
+
+{{/* TLS: the name server certificates carry, and who may manage nodes. */}}
+{{- define "streamwal.tlsServerName" -}}
+{{- .Values.tls.serverName | default (include "streamwal.fullname" .) -}}
+{{- end -}}
+
+{{- define "streamwal.tlsManagers" -}}
+{{- if .Values.tls.managerIdentities -}}
+{{- join "," .Values.tls.managerIdentities -}}
+{{- else -}}
+{{- include "streamwal.fullname" . }}-coord
+{{- end -}}
+{{- end -}}
+
+{{/* TLS environment of a container (STREAMWAL_TLS_*, read by streamwal.transport);
+     call with (dict "root" $ "manager" true) to add the node-manager identities. */}}
+{{- define "streamwal.tlsEnv" -}}
+{{- if .root.Values.tls.enabled }}
+- name: STREAMWAL_TLS_CA
+  value: /etc/streamwal/tls/ca/ca.crt
+- name: STREAMWAL_TLS_CERT
+  value: /etc/streamwal/tls/cert/tls.crt
+- name: STREAMWAL_TLS_KEY
+  value: /etc/streamwal/tls/cert/tls.key
+- name: STREAMWAL_TLS_SERVER_NAME
+  value: {{ include "streamwal.tlsServerName" .root | quote }}
+{{- if .manager }}
+- name: STREAMWAL_TLS_MANAGER_IDENTITIES
+  value: {{ include "streamwal.tlsManagers" .root | quote }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "streamwal.tlsVolumeMounts" -}}
+{{- if .Values.tls.enabled }}
+- name: tls-ca
+  mountPath: /etc/streamwal/tls/ca
+  readOnly: true
+- name: tls-cert
+  mountPath: /etc/streamwal/tls/cert
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{/* call with (dict "root" $ "secret" "<name of the component's Secret>") */}}
+{{- define "streamwal.tlsVolumes" -}}
+{{- if .root.Values.tls.enabled }}
+- name: tls-ca
+  secret:
+    secretName: {{ .root.Values.tls.caSecret }}
+    defaultMode: 0440
+    items:
+      - {key: ca.crt, path: ca.crt}
+- name: tls-cert
+  secret:
+    secretName: {{ .secret }}
+    defaultMode: 0440
+    items:
+      - {key: tls.crt, path: tls.crt}
+      - {key: tls.key, path: tls.key}
+{{- end }}
+{{- end -}}
+
+{{/* Probes of a gRPC port: the native gRPC probe, or a TCP connect under TLS (the kubelet's
+     gRPC probe speaks no TLS; the port is bound once the process serves). */}}
+{{- define "streamwal.grpcProbe" -}}
+{{- if .root.Values.tls.enabled }}
+tcpSocket:
+  port: {{ .port }}
+{{- else }}
+grpc:
+  port: {{ .port }}
+{{- end }}
+{{- end -}}
+
+{{/* Scheduling keys every component takes: call with the component's values. */}}
+{{- define "streamwal.scheduling" -}}
+{{- with .priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* Whether to create a Prometheus Operator object: "on" or "". `enabled` true fails
+     where the cluster lacks the API; auto follows it. Call with
+     (dict "root" $ "kind" "ServiceMonitor" "enabled" <value> "key" "metrics.serviceMonitor.enabled") */}}
+{{- define "streamwal.monitoring" -}}
+{{- $has := .root.Capabilities.APIVersions.Has (printf "monitoring.coreos.com/v1/%s" .kind) -}}
+{{- $want := toString .enabled -}}
+{{- if eq $want "true" -}}
+{{- if not $has -}}
+{{- fail (printf "%s=true, but this cluster does not serve monitoring.coreos.com/v1 %s (the Prometheus Operator's CRDs): install them first, or set %s=auto (created once they exist) or false" .key .kind .key) -}}
+{{- end -}}
+on
+{{- else if and (eq $want "auto") $has -}}
+on
+{{- end -}}
+{{- end -}}
+
+{{/* The dashboard ConfigMap's labels, as `key=value` for NOTES. */}}
+{{- define "streamwal.dashboardLabel" -}}
+{{- $out := list -}}
+{{- range $k, $v := .Values.metrics.grafanaDashboard.labels -}}
+{{- $out = append $out (printf "%s=%s" $k $v) -}}
+{{- end -}}
+{{- join "," $out -}}
+{{- end -}}
+
 {{- define "streamwal.nodeHeadless" -}}
 {{ include "streamwal.fullname" . }}-node-headless
 {{- end -}}
@@ -119,4 +238,54 @@ capabilities:
         description: >-
           Less than {{ mulf $r.diskFilling.freeRatio 100 }}% free and filling. Lower PChannel
           spec.retention, or grow node.persistence.size.
+    - alert: StreamwalUncleanFailover
+      expr: sum by (namespace) (increase(streamwal_coord_unclean_failovers_total[15m])) > 0
+      labels:
+        severity: critical
+      annotations:
+        summary: "a pchannel moved off a lost node without its last records"
+        description: >-
+          {{`{{ $value | humanize }}`}} pchannel(s) failed over without catch-up: records
+          the lost node acknowledged after the new owner's start are stranded on its volume.
+          See the UncleanFailover Events (`kubectl get events --field-selector
+          reason=UncleanFailover`) and bring the lost node back to read them.
+    - alert: StreamwalReplicaLag
+      expr: max by (pchannel, namespace) (streamwal_replica_lag) > {{ int $r.replicaLag.messages }}
+      for: {{ $r.replicaLag.for }}
+      labels:
+        severity: warning
+      annotations:
+        summary: "a follower of {{`{{ $labels.pchannel }}`}} lags {{`{{ $value | humanize }}`}} messages"
+        description: >-
+          A follower of pchannel {{`{{ $labels.pchannel }}`}} has been more than
+          {{ int $r.replicaLag.messages }} messages behind its leader for {{ $r.replicaLag.for }}:
+          a leader loss now would wait for it to catch up. Check that node's disk and CPU.
+{{- if eq .Values.controller "operator" }}
+    - alert: StreamwalPChannelUnderReplicated
+      expr: |
+        max by (pchannel, namespace) (streamwal_pchannel_replicas_wanted) > 1
+          > on (pchannel, namespace)
+        count by (pchannel, namespace) (streamwal_replica_role == 1)
+      for: {{ $r.underReplicatedFor }}
+      labels:
+        severity: warning
+      annotations:
+        summary: "pchannel {{`{{ $labels.pchannel }}`}} is served by fewer nodes than spec.replicas"
+        description: >-
+          pchannel {{`{{ $labels.pchannel }}`}} wants {{`{{ $value }}`}} replicas but fewer
+          nodes serve it, for {{ $r.underReplicatedFor }}: it tolerates fewer node losses
+          than declared. See `kubectl describe pch {{`{{ $labels.pchannel }}`}}`.
+{{- end }}
+    - alert: StreamwalNodeDown
+      expr: max by (namespace) (streamwal_coord_nodes_live) < {{ int .Values.node.replicas }}
+      for: {{ $r.nodeDownFor }}
+      labels:
+        severity: warning
+      annotations:
+        summary: "{{`{{ $value }}`}} of {{ int .Values.node.replicas }} streaming nodes answer"
+        description: >-
+          Fewer streaming nodes than node.replicas ({{ int .Values.node.replicas }}) answer
+          the {{ .Values.controller }}'s probes for {{ $r.nodeDownFor }}: their pchannels
+          have failed over or wait. Check `kubectl get pods -l
+          app.kubernetes.io/component=streaming-node`.
 {{- end -}}

@@ -1,0 +1,92 @@
+"""A first version of issue 24's simulated scale run: many pchannels, many nodes, one loss.
+
+Creates `pchannels` replicated pchannels over `nodes` simulated nodes with the real
+coordinator, waits until all are ASSIGNED, kills the node leading the most of them (for
+good), and measures in simulated time how long until every pchannel it led is led
+elsewhere, and in wall time what the run cost. No other fault, no client: the point is
+where the time goes as the cluster grows (the coord's per-probe and per-change work).
+
+    python -m streamwal.testing.sim --scale 1000 --scale-nodes 20
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+
+from streamwal.coord import state_machine as sm
+from streamwal.coord.coordinator import MAX_CREATE
+from streamwal.proto import coord_pb2 as cpb
+from streamwal.testing.sim.cluster import Cluster, Config, _close
+
+LIMIT_S = 600.0  # simulated seconds each phase may take
+
+
+async def _until(cluster: Cluster, done, what: str) -> float:
+    started = cluster.loop.time()
+    while not done():
+        if cluster.loop.time() - started > LIMIT_S:
+            raise TimeoutError(f"{what}: not within {LIMIT_S:.0f} simulated seconds")
+        await asyncio.sleep(0.1)
+    return cluster.loop.time() - started
+
+
+async def _scale(cluster: Cluster, pchannels: int, replicas: int) -> dict:
+    for node in cluster.nodes.values():
+        node.start()
+    await cluster.start_coord()
+    coord = cluster.coord
+    assert coord is not None
+    wall = time.perf_counter()
+    names: list[str] = []
+    while len(names) < pchannels:
+        count = min(MAX_CREATE, pchannels - len(names))
+        names += await coord.create_channels(cpb.OwnerDescription(role="sim"), count, "s", replicas)
+
+    def assigned(wanted, avoid: int | None = None) -> bool:
+        for name in wanted:
+            stored = coord.records.get(name)
+            meta = stored.record.meta if stored else None
+            if meta is None or meta.state != sm.ASSIGNED or meta.node.server_id == avoid:
+                return False
+        return True
+
+    placed_s = await _until(cluster, lambda: assigned(names), "placement")
+    placed_wall = time.perf_counter() - wall
+    leaders = Counter(coord.records.get(n).record.meta.node.server_id for n in names)
+    victim = leaders.most_common(1)[0][0]
+    moved = [n for n in names if coord.records.get(n).record.meta.node.server_id == victim]
+    cluster.nodes[victim].crash()
+    wall = time.perf_counter()
+    failover_s = await _until(cluster, lambda: assigned(moved, victim), "failover")
+    return {
+        "nodes": len(cluster.nodes),
+        "pchannels": pchannels,
+        "replicas": replicas,
+        "placed_s": round(placed_s, 2),
+        "placed_wall_s": round(placed_wall, 1),
+        "killed_node": victim,
+        "its_pchannels": len(moved),
+        "grace_s": cluster.config.grace,
+        "failover_s": round(failover_s, 2),
+        "failover_wall_s": round(time.perf_counter() - wall, 1),
+        "messages": cluster.net.calls,
+    }
+
+
+def run_scale(nodes: int, pchannels: int, replicas: int = 3, seed: int = 1) -> dict:
+    """One scale run (deterministic for its seed); raises TimeoutError if stuck."""
+    # Idle ticks every 5 s: at this size they are most of the replication traffic.
+    config = Config(
+        nodes=nodes, pchannels=pchannels, replicas=replicas, producers=0, tick_interval=5.0
+    )
+    cluster = Cluster(seed, config)
+    logging.getLogger("streamwal").setLevel(logging.WARNING)
+    asyncio.set_event_loop(cluster.loop)
+    try:
+        return cluster.loop.run_until_complete(_scale(cluster, pchannels, replicas))
+    finally:
+        _close(cluster.loop)
+        asyncio.set_event_loop(None)
