@@ -36,7 +36,9 @@ TICK_BODY = pb.MessageBatch(
     messages=[pb.Message(properties={PROP_TYPE: str(int(MsgType.TimeTick))})]
 ).SerializeToString()
 PULL_RECORDS = 8  # records per replication pull (small: acks interleave with the stream)
-PULL_WAIT = 0.05  # a pull with nothing new waits this long for new records
+# A pull with nothing new waits this long for new records or a new commit offset (the
+# leader's Notify ends the wait at once, as a real stream's push would).
+PULL_WAIT = 1.0
 
 
 @dataclass
@@ -109,6 +111,7 @@ class SimNode:
         self._following: dict[str, tuple[nc.Following, asyncio.Task]] = {}
         self._writing: dict[str, asyncio.Future] = {}
         self._sent: dict[tuple[str, int], int] = {}  # (pchannel, follower) -> position sent
+        self._told: dict[tuple[str, int], int] = {}  # (pchannel, follower) -> commit sent
         self.restarts = 0
 
     # ----------------------------------------------------------------- process
@@ -163,6 +166,7 @@ class SimNode:
         self._following.clear()
         self._writing.clear()
         self._sent.clear()
+        self._told.clear()
         self.restarts += 1
 
     def pause(self) -> None:
@@ -557,12 +561,15 @@ class SimNode:
             sent = self._sent.get((name, follower), acked)
             self._effects(core, core.acked(follower, term, acked, sent))
             position = acked
-        if position >= core.committed_next and truncate is None:
+        told = self._told.get((name, follower))
+        # Nothing new to send (no record, no cut, no commit the follower does not know):
+        # wait, as a leader's stream waits, for the next record or commit offset.
+        if position >= core.committed_next and truncate is None and told == core.known_commit:
             await self._changed(name, PULL_WAIT)
         got = self.disk.records_from(name, position, core.committed_next, PULL_RECORDS)
         got = [(b, v) for b, v in got if b >= position]
         self._sent[(name, follower)] = got[-1][0] + records.peek(got[-1][1])[2] if got else position
-        commit = core.known_commit
+        commit = self._told[(name, follower)] = core.known_commit
         entries = [nc.Entry(core.term, truncate_from=truncate, commit_offset=commit)]
         entries += [nc.Entry(core.term, b, v, commit_offset=commit) for b, v in got]
         return entries
