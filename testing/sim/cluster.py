@@ -318,9 +318,13 @@ class Cluster:
         coord._tasks.append(watcher)
 
     def leading(self, node: SimNode) -> None:
-        """A node was just told to lead: the churn nemesis may kill it right away (before
-        its followers copied its first record, or soon after)."""
-        if self._faulting and self.rng.random() < self.config.kill_new_leader:
+        """A node was just told to lead: the churn nemesis may stall its disk and kill it
+        right away (before its followers copied its first record, or soon after)."""
+        if not self._faulting or not self.config.kill_new_leader:
+            return
+        if self.rng.random() < 0.5:  # its disk stalls as it takes over (a slow first sync)
+            self._stall(node, 0.3)
+        if self.rng.random() < self.config.kill_new_leader:
             self.loop.call_later(self.rng.uniform(0.0, 0.03), self._kill, node, "new leader")
 
     def _kill(self, node: SimNode, why: str) -> None:
