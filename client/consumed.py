@@ -98,6 +98,12 @@ class ConsumedBatch(Sequence[ConsumedMessage]):
         return self._messages
 
     @property
+    def serialized_messages(self) -> bytes:
+        """The frame's messages as the node sent them, one serialized MessageBatch: for
+        readers that decode whole columns at once (the Spark source)."""
+        return self._frame.messages
+
+    @property
     def payloads(self) -> list[bytes]:
         return [m.payload for m in self._messages]
 
