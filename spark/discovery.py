@@ -15,12 +15,17 @@ and only under the owner's term, so a stale owner's view is never used.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import os
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-from streamwal.client.kube_discovery import kube_api_client
 from streamwal.client.node_client import NodeClient
 from streamwal.errors import StreamingError, Unavailable
 from streamwal.proto import streaming_pb2 as pb
@@ -82,16 +87,72 @@ def owners_from_pchannel_objects(items: Iterable[dict]) -> dict[str, Owner]:
     return owners
 
 
+def _forget_loader_files(directory: str) -> None:
+    """The kubernetes loader caches the files it writes by content, for the whole process
+    (kube_config._temp_files); entries under a removed directory would be handed to the
+    next load of the same kubeconfig (e.g. the accessor's connect(namespace=...))."""
+    from kubernetes.config import kube_config
+
+    cache = getattr(kube_config, "_temp_files", None)
+    if isinstance(cache, dict):
+        for key in [k for k, path in cache.items() if str(path).startswith(directory)]:
+            del cache[key]
+
+
+def _in_memory(data: bytes, name: str) -> str:
+    """A path to `data` that is no file on disk: an anonymous memory file of this process
+    (Linux memfd). It is gone with the process, however the process ends."""
+    fd = os.memfd_create(f"streamwal-kube-{name}", os.MFD_CLOEXEC)
+    os.write(fd, data)
+    return f"/proc/self/fd/{fd}"
+
+
+@functools.cache
+def kube_api(kubeconfig: str | None) -> Any:
+    """The Kubernetes ApiClient of this process (one per kubeconfig, built once).
+
+    A kubeconfig with inline credentials (certificate-authority-data, client-certificate-
+    data, client-key-data) is turned into files by the kubernetes client, since its TLS
+    stack reads them by path; it deletes them at interpreter exit, which Spark's Python
+    workers never reach (they leave by os._exit), so every job used to leave PEM files,
+    private keys among them, in the temp directory. Here the loader writes them into a
+    private directory, they are moved into memory files at once and the directory is
+    removed. Without memfd (not Linux) they stay in that directory until normal exit.
+    """
+    from kubernetes import client, config
+
+    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config()  # the mounted token and CA: no files written
+        return client.ApiClient()
+    scratch = tempfile.mkdtemp(prefix="streamwal-kube-")
+    in_memory = hasattr(os, "memfd_create")
+    cfg = client.Configuration()
+    try:
+        config.load_kube_config(
+            config_file=kubeconfig, client_configuration=cfg, temp_file_path=scratch
+        )
+        if in_memory:
+            for attr in ("ssl_ca_cert", "cert_file", "key_file"):
+                path = getattr(cfg, attr)
+                if path and path.startswith(scratch + os.sep):
+                    setattr(cfg, attr, _in_memory(Path(path).read_bytes(), attr))
+    finally:
+        if in_memory:
+            shutil.rmtree(scratch, ignore_errors=True)
+            _forget_loader_files(scratch)
+        else:  # pragma: no cover - not Linux
+            import atexit
+
+            atexit.register(shutil.rmtree, scratch, True)
+    return client.ApiClient(cfg)
+
+
 def _from_kubernetes(namespace: str, kubeconfig: str | None) -> dict[str, Owner]:
     from kubernetes import client  # the `spark` extra; only this adapter needs it
 
-    api = kube_api_client(kubeconfig)
-    try:
-        listing = client.CustomObjectsApi(api).list_namespaced_custom_object(
-            KUBE_GROUP, KUBE_VERSION, namespace, KUBE_PLURAL, _request_timeout=CALL_TIMEOUT_S
-        )
-    finally:
-        api.close()
+    listing = client.CustomObjectsApi(kube_api(kubeconfig)).list_namespaced_custom_object(
+        KUBE_GROUP, KUBE_VERSION, namespace, KUBE_PLURAL, _request_timeout=CALL_TIMEOUT_S
+    )
     return owners_from_pchannel_objects(listing.get("items", []))
 
 
