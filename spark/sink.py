@@ -23,51 +23,22 @@ import concurrent.futures
 import logging
 import threading
 import uuid
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
-from pyspark.sql.types import StructType
 
 from streamwal.client import encoding
 from streamwal.client.node_client import NodeClient, Producer
 from streamwal.errors import InvalidArgument
 from streamwal.message import pchannel_of
 from streamwal.spark import discovery
-from streamwal.spark.options import DiscoveryConfig, _discovery, _positive_int
+from streamwal.spark.options import SinkOptions
 
 log = logging.getLogger("streamwal.spark.sink")
 
-BATCH_ROWS = 1000
 BATCH_BYTES = 512 * 1024
 MAX_PENDING_BATCHES = 16
-
-
-@dataclass(frozen=True)
-class SinkOptions:
-    discovery: DiscoveryConfig
-    pchannel: str | None = None
-    idempotency_key: str | None = None
-    batch_rows: int = BATCH_ROWS
-    columns: tuple[str, ...] = field(default_factory=tuple)
-
-
-def parse_sink(opts: Mapping[str, str], schema: StructType) -> SinkOptions:
-    columns = tuple(schema.fieldNames())
-    if "payload" not in columns:
-        raise InvalidArgument("the streamwal sink needs a binary column `payload`")
-    default = opts.get("pchannel") or None
-    if default is None and "pchannel" not in columns and "vchannel" not in columns:
-        raise InvalidArgument(
-            "the streamwal sink needs a `pchannel` or `vchannel` column, or the option pchannel"
-        )
-    return SinkOptions(
-        discovery=_discovery(opts),
-        pchannel=default,
-        idempotency_key=opts.get("idempotencyKey") or None,
-        batch_rows=_positive_int("batchRows", opts.get("batchRows")) or BATCH_ROWS,
-        columns=columns,
-    )
 
 
 @dataclass

@@ -11,8 +11,8 @@ import pytest
 from pyspark.sql import functions as F
 
 from streamwal.client.sync import SyncNodeClient
-from streamwal.spark.options import DiscoveryConfig
-from streamwal.spark.sink import SinkOptions, run_write
+from streamwal.spark.options import DiscoveryConfig, SinkOptions
+from streamwal.spark.sink import run_write
 from tests.spark.helpers import assign, produce
 
 
