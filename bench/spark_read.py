@@ -30,7 +30,6 @@ def spark(messages: int, size: int, runs: int) -> None:
     from pyspark.sql import SparkSession
 
     from streamwal.client.sync import SyncNodeClient
-    from streamwal.spark.source import StreamwalDataSource
 
     result: dict = {"messages": messages, "payload_bytes": size, "pchannels": 2}
     with tempfile.TemporaryDirectory(prefix="streamwal-bench-spark-") as tmp:
@@ -53,7 +52,6 @@ def spark(messages: int, size: int, runs: int) -> None:
                 .getOrCreate()
             )
             session.sparkContext.setLogLevel("ERROR")
-            session.dataSource.register(StreamwalDataSource)
             df = (
                 session.read.format("streamwal")
                 .option("nodes", node.address)
