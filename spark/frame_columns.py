@@ -111,7 +111,7 @@ def _field(
     return value_start, value_end
 
 
-def _slices(data: np.ndarray, buffer: pa.Buffer, start: np.ndarray, end: np.ndarray) -> pa.Array:
+def slices(data: np.ndarray, buffer: pa.Buffer, start: np.ndarray, end: np.ndarray) -> pa.Array:
     """The byte strings data[start:end] as one binary array (built as Arrow binary views,
     16 bytes per value pointing into `buffer` = `data`, then copied out by Arrow's cast)."""
     n = len(start)
@@ -200,13 +200,13 @@ class _Properties:
 
 def _properties(data: np.ndarray, buffer: pa.Buffer, spans: tuple[np.ndarray, ...]) -> _Properties:
     message, key_start, key_end, value_start, value_end = spans
-    keys = pc.dictionary_encode(_slices(data, buffer, key_start, key_end))
+    keys = pc.dictionary_encode(slices(data, buffer, key_start, key_end))
     key_ids = keys.indices.to_numpy().astype(np.int64)
     names = _utf8(keys.dictionary)  # few distinct keys: checked once each
     pairs = np.sort(message * len(names) + key_ids)
     if (pairs[1:] == pairs[:-1]).any():
         raise _Layout("a key twice in one message (the last one would win)")
-    values = _utf8(_slices(data, buffer, value_start, value_end))
+    values = _utf8(slices(data, buffer, value_start, value_end))
     return _Properties(message, key_ids, names, values)
 
 
@@ -227,7 +227,7 @@ def decode(serialized: bytes) -> FrameColumns | None:
     except (_Layout, pa.ArrowInvalid):  # ArrowInvalid: a message type that is no int32
         return None
     return FrameColumns(
-        payload=_slices(data, buffer, payload_start, payload_end),
+        payload=slices(data, buffer, payload_start, payload_end),
         vchannel=props.lookup(n, PROP_VCHANNEL),
         message_type=message_type.fill_null(int(DEFAULT_MSG_TYPE)),
         properties=props.map_without(n, COLUMN_KEYS),
