@@ -52,6 +52,7 @@ SOURCE_OPTIONS = (
 )
 # `checkpointLocation` is Spark's own: writeStream passes it to the sink with the others.
 SINK_OPTIONS = (*DISCOVERY_OPTIONS, "pchannel", "idempotencyKey", "batchRows", "checkpointLocation")
+SINK_COLUMNS = ("payload", "pchannel", "vchannel", "message_type", "properties")
 _STREAMING_ONLY = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
 _BATCH_ONLY = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
 
@@ -377,6 +378,12 @@ def parse_sink(opts: Mapping[str, str], columns: tuple[str, ...]) -> SinkOptions
     check_known(opts, SINK_OPTIONS, "sink")
     if "payload" not in columns:
         raise InvalidArgument("the streamwal sink needs a binary column `payload`")
+    unknown = [c for c in columns if c not in SINK_COLUMNS]
+    if unknown:
+        raise InvalidArgument(
+            f"the streamwal sink has no use for the column(s) {', '.join(unknown)}: its "
+            f"columns are {', '.join(SINK_COLUMNS)} (select them before writing)"
+        )
     default = opts.get("pchannel") or None
     if default is None and "pchannel" not in columns and "vchannel" not in columns:
         raise InvalidArgument(

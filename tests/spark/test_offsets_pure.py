@@ -9,7 +9,7 @@ from streamwal.errors import InvalidArgument
 from streamwal.spark import offsets
 from streamwal.spark.discovery import owners_from_pchannel_objects
 from streamwal.spark.offsets import Bounds, DataLoss, Range
-from streamwal.spark.options import EARLIEST, LATEST, parse_source
+from streamwal.spark.options import EARLIEST, LATEST, parse_sink, parse_source
 
 NODES = {"nodes": "127.0.0.1:1"}
 
@@ -198,3 +198,13 @@ def test_min_offsets_per_trigger_holds_a_batch_until_enough_or_too_long():
     opts = parse_source({**NODES, "pchannels": "a", "minOffsetsPerTrigger": "100",
                          "maxTriggerDelay": "90s"}, streaming=True)  # fmt: skip
     assert (opts.min_offsets_per_trigger, opts.max_trigger_delay_s) == (100, 90.0)
+
+
+def test_the_sink_refuses_what_it_would_ignore():
+    with pytest.raises(InvalidArgument, match="unknown option 'topic' for the streamwal sink"):
+        parse_sink({**NODES, "topic": "t"}, ("payload",))
+    with pytest.raises(InvalidArgument, match=r"no use for the column\(s\) key, headers"):
+        parse_sink({**NODES, "pchannel": "p"}, ("key", "payload", "headers"))
+    opts = parse_sink({**NODES, "checkpointLocation": "/ck", "batchRows": "10"},
+                      ("payload", "vchannel"))  # fmt: skip
+    assert (opts.batch_rows, opts.pchannel) == (10, None)
