@@ -38,6 +38,7 @@ INLINE_VIEW_BYTES = 12  # Arrow's binary view keeps values this short inside the
 # Properties with columns of their own; never in the `properties` map.
 COLUMN_KEYS = (PROP_TYPE, PROP_VCHANNEL, PROP_TIME_TICK, PROP_TERM)
 _COLUMN_KEY_SET = frozenset(COLUMN_KEYS)
+_NO_STRINGS = pa.array([], pa.string())
 
 
 def _raw_batch_class() -> type:
@@ -116,15 +117,21 @@ def slices(data: np.ndarray, buffer: pa.Buffer, start: np.ndarray, end: np.ndarr
     16 bytes per value pointing into `buffer` = `data`, then copied out by Arrow's cast)."""
     n = len(start)
     length = (end - start).astype(np.int32)
-    columns = np.arange(INLINE_VIEW_BYTES)
-    views = np.empty((n, 4), np.int32)
+    views = np.zeros((n, 4), np.int32)
     views[:, 0] = length
-    # bytes 4..15: a short value itself, zero-padded; else its 4-byte prefix, buffer 0, offset
-    head = np.lib.stride_tricks.sliding_window_view(data, INLINE_VIEW_BYTES)[start]
-    views.view(np.uint8)[:, 4:] = np.where(columns < length[:, None], head, 0)
-    long = length > INLINE_VIEW_BYTES
-    views[long, 2] = 0
-    views[long, 3] = start[long]
+    # bytes 4..15 of a view: a short value itself, zero-padded; else its 4-byte prefix,
+    # the data buffer's index (0) and the value's offset in it
+    short = length <= INLINE_VIEW_BYTES
+    rows = slice(None) if short.all() else np.flatnonzero(short)
+    if short.any():
+        head = np.lib.stride_tricks.sliding_window_view(data, INLINE_VIEW_BYTES)[start[rows]]
+        columns = np.arange(INLINE_VIEW_BYTES)
+        views.view(np.uint8)[rows, 4:] = np.where(columns < length[rows, None], head, 0)
+    if not short.all():
+        rows = slice(None) if not short.any() else np.flatnonzero(~short)
+        prefix = np.lib.stride_tricks.sliding_window_view(data, 4)[start[rows]]
+        views[rows, 1] = prefix.view(np.int32)[:, 0]
+        views[rows, 3] = start[rows]
     array = pa.Array.from_buffers(pa.binary_view(), n, [None, pa.py_buffer(views), buffer])
     return array.cast(pa.binary())
 
@@ -221,6 +228,15 @@ def decode(serialized: bytes) -> FrameColumns | None:
     body_start, body_end = offsets[:-1], offsets[1:]
     try:
         payload_start, payload_end = _field(data, body_start, body_end, PAYLOAD_TAG)
+        if (payload_end == body_end).all():  # no message has properties: nothing to walk
+            return FrameColumns(
+                payload=slices(data, buffer, payload_start, payload_end),
+                vchannel=pa.nulls(n, pa.string()),
+                message_type=pa.repeat(pa.scalar(int(DEFAULT_MSG_TYPE), pa.int32()), n),
+                properties=pa.MapArray.from_arrays(
+                    pa.array(np.zeros(n + 1, np.int32)), _NO_STRINGS, _NO_STRINGS
+                ),
+            )
         props = _properties(data, buffer, _entries(data, body_end, payload_end))
         types = props.lookup(n, PROP_TYPE)
         message_type = pc.if_else(pc.equal(types, ""), None, types).cast(pa.int32())
