@@ -1,6 +1,7 @@
 """`streamwal bench spark`: the PySpark data source's read and write throughput.
 
-A real node and a local[2] Spark session, warmed by one untimed run of each. Read: N messages
+A real node and a local[2] Spark session, warmed by untimed runs of each (the JVM keeps
+compiling Spark's row conversion over the first runs). Read: N messages
 over two pchannels are counted through `spark.read.format("streamwal")`. Write: a
 DataFrame of N rows (payload + pchannel, made in the JVM) is saved through
 `df.write.format("streamwal")` into two other pchannels. Each run is timed end to end
@@ -105,7 +106,10 @@ def timed(
 @click.command("spark")
 @click.option("--messages", default=1_000_000, show_default=True, help="Messages per run.")
 @click.option("--size", default=128, show_default=True, help="Payload bytes.")
-@click.option("--runs", default=3, show_default=True, help="Timed runs after a warm-up.")
+@click.option("--runs", default=3, show_default=True, help="Timed runs after the warm-up.")
+@click.option(
+    "--warm-up", default=2, show_default=True, help="Untimed runs first (JIT, Python workers)."
+)
 @click.option(
     "--mode",
     type=click.Choice(["read", "write", "both"]),
@@ -113,7 +117,7 @@ def timed(
     show_default=True,
     help="Read into a count, write a DataFrame, or both.",
 )
-def spark(messages: int, size: int, runs: int, mode: str) -> None:
+def spark(messages: int, size: int, runs: int, warm_up: int, mode: str) -> None:
     """Benchmark the Spark data source: messages/s and CPU per message, read and write."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -125,6 +129,7 @@ def spark(messages: int, size: int, runs: int, mode: str) -> None:
 
     result: dict = {
         "messages": messages,
+        "warm_up_runs": warm_up,
         "payload_bytes": size,
         "pchannels": len(PCHANNELS),
         "load_average_1m": round(os.getloadavg()[0], 2),
@@ -158,14 +163,15 @@ def spark(messages: int, size: int, runs: int, mode: str) -> None:
                     .option("pchannelPattern", "bench_.*")
                     .load()
                 )
-                df.count()  # warm-up: Python workers started, the JVM's code compiled
+                for _ in range(warm_up):  # Python workers started, the JVM's code compiled
+                    df.count()
                 result.update(
                     timed("read", runs, per * len(PCHANNELS), node_pid, df.count, lambda n: n)
                 )
             if mode != "read":
+                to = F.when(F.col("id") % 2 == 0, SINK_PCHANNELS[0]).otherwise(SINK_PCHANNELS[1])
                 rows = session.range(0, messages, numPartitions=2).select(
-                    F.lit(payload).alias("payload"),
-                    F.concat(F.lit("sink_"), (F.col("id") % 2).cast("string")).alias("pchannel"),
+                    F.lit(payload).alias("payload"), to.alias("pchannel")
                 )
                 writer = rows.write.format("streamwal").option("nodes", node.address)
 
@@ -191,7 +197,8 @@ def spark(messages: int, size: int, runs: int, mode: str) -> None:
                     writer.mode("append").save()
                     return before
 
-                writer.mode("append").save()  # warm-up, as for the read
+                for _ in range(warm_up):
+                    writer.mode("append").save()
                 result.update(
                     timed("write", runs, messages, node_pid, write,
                           lambda before: written(before, log_ends()))
