@@ -136,6 +136,16 @@ def spark(messages: int, size: int, runs: int, warm_up: int, mode: str) -> None:
     }
     with tempfile.TemporaryDirectory(prefix="streamwal-bench-spark-") as tmp:
         node = LocalNode(Path(tmp) / "node", extra_args=("--log-level", "warning")).start()
+        # The JVM first: forking it while this process's gRPC threads run is what gRPC
+        # warns about (and once here the JVM died before it started).
+        session = (
+            SparkSession.builder.master("local[2]")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.driver.host", "127.0.0.1")
+            .getOrCreate()
+        )
+        session.sparkContext.setLogLevel("ERROR")
         client = SyncNodeClient(node.address)
         try:
             payload = b"x" * size
@@ -147,14 +157,6 @@ def spark(messages: int, size: int, runs: int, warm_up: int, mode: str) -> None:
                     with client.producer(name, 1) as producer:
                         for start in range(0, per, 5000):
                             producer.send_many([payload] * min(5000, per - start))
-            session = (
-                SparkSession.builder.master("local[2]")
-                .config("spark.ui.enabled", "false")
-                .config("spark.ui.showConsoleProgress", "false")
-                .config("spark.driver.host", "127.0.0.1")
-                .getOrCreate()
-            )
-            session.sparkContext.setLogLevel("ERROR")
             node_pid = node.proc.pid
             if mode != "write":
                 df = (
@@ -203,8 +205,8 @@ def spark(messages: int, size: int, runs: int, warm_up: int, mode: str) -> None:
                     timed("write", runs, messages, node_pid, write,
                           lambda before: written(before, log_ends()))
                 )  # fmt: skip
-            session.stop()
         finally:
             client.close()
+            session.stop()
             node.kill()
     click.echo(json.dumps(result))
