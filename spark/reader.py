@@ -179,15 +179,20 @@ def _read_from(
                 return
             pending: list[Sequence[ConsumedMessage]] = []
             rows = 0
-            while True:
-                batch = consumer.next_batch()
-                if batch is None:
-                    break
-                pending.append(batch)
-                rows += len(batch)
-                if rows >= ROWS_PER_BATCH:
+            try:
+                while True:
+                    batch = consumer.next_batch()
+                    if batch is None:
+                        break
+                    pending.append(batch)
+                    rows += len(batch)
+                    if rows >= ROWS_PER_BATCH:
+                        yield to_arrow(r.pchannel, pending)
+                        pending, rows = [], 0
+            except (StreamingError, TimeoutError):
+                if rows:  # what arrived before the owner failed is delivered, not read again
                     yield to_arrow(r.pchannel, pending)
-                    pending, rows = [], 0
+                raise
             if rows:
                 yield to_arrow(r.pchannel, pending)
         finally:
