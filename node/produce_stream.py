@@ -37,6 +37,7 @@ class Malformed:
 
 # A ProduceResponse, or one already serialized (the hot path's answers are hand-encoded).
 Answer = pb.ProduceResponse | bytes
+_PONG = pb.ProduceResponse(pong=pb.ProducePong()).SerializeToString()
 
 
 class ProduceSink(Protocol):
@@ -146,6 +147,9 @@ class ProduceStream:
             self._single(req.produce)
         elif kind == "txn":
             txn_ops.handle(self, req.txn)
+        elif kind == "ping":  # the producer checks that this node still answers
+            self.outstanding += 1
+            self.answer(_PONG)
         elif kind == "close":
             self._end(True)
             return False

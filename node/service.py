@@ -329,7 +329,7 @@ class NodeService:
             await sink.write(
                 pb.ProduceResponse(
                     create=pb.CreateProducerResponse(
-                        producer_id=producer_id, last_sequence=last_sequence
+                        producer_id=producer_id, last_sequence=last_sequence, answers_ping=True
                     )
                 )
             )
