@@ -141,7 +141,7 @@ class Producer:
         self._props_cache: dict[tuple, bytes] = {}
         self._error: StreamingError | None = None  # why the stream is over
         self._refusal: StreamingError | None = None  # why new sends are refused
-        self.broken = asyncio.Event()  # set when the stream fails
+        self.broken = asyncio.Event()  # set when the stream fails or is closed
         self._call: ProduceCall | None = None
         self._direct = False  # a lone send may write its own frame (the produce port)
         self._writing = False  # the sender task awaits a write (the transport is busy)
@@ -491,3 +491,4 @@ class Producer:
             await call.close(self.bounds.request_timeout)
         call.cancel()
         self._error = self._error or Unavailable("producer closed")
+        self.broken.set()  # an owner waiting on it (the routed producer) learns of the end

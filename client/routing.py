@@ -87,6 +87,7 @@ class Router:
         self._clients: dict[str, NodeClient] = {}
         self._retired: list[NodeClient] = []
         self._replaced: dict[str, float] = {}
+        self._closed = False
 
     def client(self, address: str) -> NodeClient:
         nc = self._clients.get(address)
@@ -110,6 +111,8 @@ class Router:
         last_err = err
         route = failed
         while True:
+            if self._closed:  # (its producers end with their node clients: fail, not move)
+                raise Unavailable(f"pchannel {pchannel!r}: the client was closed")
             if route is not None and last_err is not None:
                 self.watcher.report_error(route, last_err)
             remaining = deadline - time.monotonic()
@@ -196,6 +199,7 @@ class Router:
         self._retired.append(self._clients.pop(address))
 
     async def close(self) -> None:
+        self._closed = True
         for nc in [*self._clients.values(), *self._retired]:
             await nc.close()
         self._clients.clear()

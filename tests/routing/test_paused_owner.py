@@ -21,7 +21,10 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from streamwal.client.wal import connect
+from streamwal.errors import Unavailable
 from tests.replication.checker import check, read_replicas
 from tests.replication.test_fault import Workload
 from tests.support import wait_for
@@ -82,3 +85,26 @@ async def test_a_paused_leader_holds_no_producer_past_the_failover(make_cluster)
         verdict = check(await read_replicas(live, name), work.acked)
         print(verdict.summary())
         assert verdict.ok, verdict.summary()
+
+
+async def test_closing_answers_every_send_even_while_the_owner_is_paused(make_cluster) -> None:
+    """A routed producer's close is bounded, and closing the client under a producer ends
+    it too: every send still waiting on the paused owner fails with a clear error."""
+    cluster = await make_cluster(nodes=1, grace=30)
+    (name,) = await cluster.create_channels(1)
+    async with await connect(cluster.coord_address) as wal:
+        closed, orphaned = await wal.producer(name), await wal.producer(name)
+        await closed.send(b"before")
+        await orphaned.send(b"before")
+        cluster.nodes[1].pause()
+        stuck = [asyncio.ensure_future(p.send(b"stuck")) for p in (closed, orphaned)]
+        await asyncio.sleep(0.2)
+        started = time.monotonic()
+        await asyncio.wait_for(closed.close(timeout=0.5), 10)
+        assert time.monotonic() - started >= 0.5
+        with pytest.raises(Unavailable, match="closed before its sends were answered"):
+            await stuck[0]
+        with pytest.raises(Unavailable, match="closed"):
+            await closed.send(b"after close")
+    with pytest.raises(Unavailable, match="the client was closed"):
+        await asyncio.wait_for(stuck[1], 10)
