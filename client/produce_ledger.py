@@ -48,9 +48,11 @@ DETACHED = "detached"
 class Op:
     """Something the producer accepted and owes an answer for.
 
-    `waiter` belongs to the loop (its future); the ledger never looks at it."""
+    `waiter` belongs to the loop (its future); the ledger never looks at it. `numbered`:
+    whether it takes a sequence number (it appends)."""
 
     __slots__ = ("request_id", "sent_at", "sequence", "state", "waiter")
+    numbered = True
 
     def __init__(self) -> None:
         self.state = QUEUED
@@ -58,11 +60,6 @@ class Op:
         self.request_id = 0
         self.sent_at = 0.0
         self.waiter: Any = None
-
-    @property
-    def numbered(self) -> bool:
-        """Whether it takes a sequence number (it appends)."""
-        return True
 
 
 class Batch(Op):
@@ -82,16 +79,13 @@ class TxnOp(Op):
     """A txn operation, ordered with the batches. Only a commit appends (and is numbered);
     `request` is the loop's (a TxnRequest)."""
 
-    __slots__ = ("commit", "request")
+    __slots__ = ("commit", "numbered", "request")
 
     def __init__(self, request: Any, commit: bool) -> None:
         super().__init__()
         self.request = request
         self.commit = commit
-
-    @property
-    def numbered(self) -> bool:
-        return self.commit
+        self.numbered = commit
 
 
 class ProduceLedger:
@@ -200,7 +194,7 @@ class ProduceLedger:
     def dispatch(self, now: float) -> Op | None:
         """The next op to write (numbered, with its request id), or None when nothing is
         queued or every slot is taken."""
-        if self.ended or not self.can_dispatch:
+        if self.ended or not self._queue or len(self._in_flight) >= self.max_in_flight:
             return None
         op = self._queue.popleft()
         if op is self._open:
