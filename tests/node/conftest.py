@@ -68,3 +68,12 @@ async def client(node: LocalNode) -> AsyncIterator[NodeClient]:
 def pchannel() -> str:
     """A fresh pchannel name per test."""
     return f"pch-{next(_names)}"
+
+
+@pytest.fixture
+async def bystander(client: NodeClient):
+    """A caller on its own pchannel for the whole test (helpers.served_throughout)."""
+    from tests.node.helpers import served_throughout
+
+    async with served_throughout(client) as b:
+        yield b

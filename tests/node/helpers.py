@@ -8,11 +8,12 @@ are skipped wherever the tests count data.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import struct
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -108,6 +109,51 @@ async def expect_nothing(consumer: Consumer, seconds: float) -> None:
     except AssertionError:
         return
     raise AssertionError(f"unexpected message {msgs[0]!r}")
+
+
+class Bystander:
+    """Produces a batch every few milliseconds and reads it back, on its own pchannel:
+    whatever a test does to the node, this caller must be served throughout (the
+    `bystander` fixture checks it at teardown)."""
+
+    def __init__(self, client: NodeClient) -> None:
+        self.client = client
+        self.acked: list[bytes] = []
+        self.stop = asyncio.Event()
+
+    async def run(self) -> None:
+        await self.client.assign("bystander", 1)
+        producer = await self.client.producer("bystander", 1)
+        i = 0
+        while not self.stop.is_set() and i < 2000:
+            payloads = [b"by%d.%d" % (i, k) for k in range(5)]
+            await asyncio.wait_for(producer.send_many(payloads), 10)
+            self.acked += payloads
+            i += 1
+            await asyncio.sleep(0.01)
+        await producer.close()
+
+    async def verify(self) -> None:
+        assert len(self.acked) >= 25, "the bystander barely ran: the node stalled"
+        consumer = await self.client.consumer("bystander", 1, DeliverPolicy.all())
+        got = await read_data(consumer, len(self.acked), timeout=30)
+        await consumer.close()
+        assert [m.payload for m in got] == self.acked
+
+
+@contextlib.asynccontextmanager
+async def served_throughout(client: NodeClient) -> AsyncIterator[Bystander]:
+    """A Bystander on `client`'s node for the block; after it, every batch it sent must
+    have been acknowledged and read back in order, and the node be healthy."""
+    b = Bystander(client)
+    task = asyncio.ensure_future(b.run())
+    await asyncio.sleep(0.2)
+    yield b
+    b.stop.set()
+    await asyncio.wait_for(task, 30)
+    await b.verify()
+    states = await client.component_states()
+    assert states.state.state_code == 1  # Healthy
 
 
 # -- seed-style raw streams (what a client generated from the seed sends) ------------------
