@@ -1,5 +1,9 @@
 """The node's limits on gRPC calls (node/limits.py), as a server interceptor.
 
+It also makes a malformed unary request INVALID_ARGUMENT on every service (the node's own
+parse their requests tolerantly, node/service.py; health and Describe are generated
+handlers, which answered garbage with gRPC's UNKNOWN).
+
 A call over the calls in total (`streams`), over its connection's calls
 (`streams_per_connection`), or opening one more connection with calls from a peer
 address that holds its limit of them (`connections_per_peer`) ends at once with
@@ -18,9 +22,11 @@ from collections.abc import Callable
 import grpc
 from grpc import aio
 
+from streamwal.errors import InvalidArgument
 from streamwal.grpc_errors import abort
 from streamwal.node.config import NodeConfig
 from streamwal.node.limits import LimitExceeded, PeerCounts
+from streamwal.node.produce_stream import Malformed
 
 
 def server_options(cfg: NodeConfig) -> list[tuple[str, int]]:
@@ -67,27 +73,33 @@ class CallLimits(aio.ServerInterceptor):
         if inspect.isasyncgenfunction(behavior):
 
             async def limited(request, context):
-                await admit(context)
+                await admit(request, context)
                 async for response in behavior(request, context):
                     yield response
 
         elif inspect.iscoroutinefunction(behavior):
 
             async def limited(request, context):
-                await admit(context)
+                await admit(request, context)
                 return await behavior(request, context)
 
         else:  # a synchronous handler runs in gRPC's thread pool: not the node's
             return handler
+        deserialize = handler.request_deserializer
+        if not handler.request_streaming and deserialize is not None:
+            deserialize = _tolerant(deserialize)
         make = getattr(grpc, f"{kind}_rpc_method_handler")
         return make(
             limited,
-            request_deserializer=handler.request_deserializer,
+            request_deserializer=deserialize,
             response_serializer=handler.response_serializer,
         )
 
-    async def _admit(self, context: aio.ServicerContext) -> None:
-        """Count the call, or end it with RESOURCE_EXHAUSTED (raises)."""
+    async def _admit(self, request, context: aio.ServicerContext) -> None:
+        """Count the call, or end it with RESOURCE_EXHAUSTED (raises); a malformed unary
+        request ends with INVALID_ARGUMENT."""
+        if isinstance(request, Malformed):
+            await abort(context, InvalidArgument(request.reason))
         connection = context.peer()
         address = connection.rpartition(":")[0]
         try:
@@ -118,3 +130,13 @@ class CallLimits(aio.ServerInterceptor):
                 self.connections.release(address)
 
         context.add_done_callback(release)
+
+
+def _tolerant(deserialize: Callable[[bytes], object]) -> Callable[[bytes], object]:
+    def parse(raw: bytes) -> object:
+        try:
+            return deserialize(raw)
+        except Exception as exc:
+            return Malformed("request", exc)
+
+    return parse
