@@ -14,7 +14,8 @@ over them gets its RESOURCE_EXHAUSTED and is closed at once), the largest frame 
 from its header, before any of its body is read), the bytes of frames still arriving on
 all connections together, a new connection's header timeout and every connection's idle
 timeout (checked by one watcher task; a frame handed over or an answer written is
-progress). The stream's own window (bytes and answers in flight) pauses reading.
+progress; an idle producer's stream is closed cleanly, the others are refused). The
+stream's own window (bytes and answers in flight) pauses reading.
 """
 
 from __future__ import annotations
@@ -257,13 +258,27 @@ class _Connection(wire.FramedProtocol, PushedRequests):
         elif self.progress != seen:
             return now
         elif now - quiet_since > cfg.idle_timeout_s:
-            self.refuse(
-                LimitExceeded(
-                    "idle_timeout",
-                    f"nothing received or answered for {cfg.idle_timeout_s:g} s: closed",
+            if self._stream is not None and not self._done:
+                self._close_idle_stream(self._stream)
+            else:
+                self.refuse(
+                    LimitExceeded(
+                        "idle_timeout",
+                        f"nothing received or answered for {cfg.idle_timeout_s:g} s: closed",
+                    )
                 )
-            )
         return quiet_since
+
+    def _close_idle_stream(self, stream: ProduceStream) -> None:
+        """An idle producer is closed as a node closes streams when it stops: with a clean
+        close answer, which producers take as "open another stream" on their next send
+        (a RESOURCE_EXHAUSTED would be final to a rerouting producer, and an idle one did
+        nothing wrong). Cut CLOSE_GRACE_S later if it does not take the answer."""
+        self._port.service.count_limit("idle_timeout")
+        self._refused = self._done = True
+        log.debug("idle producer closed", extra={"peer": self.peer})
+        stream.close()
+        asyncio.get_running_loop().call_later(CLOSE_GRACE_S, self.transport.abort)
 
     # -- the stream -----------------------------------------------------------------
 

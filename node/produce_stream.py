@@ -186,6 +186,12 @@ class ProduceStream:
         if not self.ending:
             self._end(False)
 
+    def close(self) -> None:
+        """The transport closes the stream as a close request would (answered with a
+        close): an idle producer's stream on the produce port."""
+        if not self.ending:
+            self._end(True)
+
     def fail(self, err: StreamingError) -> None:
         """The transport ends the stream with `err` (a limit, a broken frame)."""
         if not self.ending:

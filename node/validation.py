@@ -14,14 +14,15 @@ more than any disk holds.
 Reserved properties. Keys starting with "_" belong to the system. `_t`, the message type,
 is set by clients and read by every reader as an integer, so its value is checked
 (streamwal.message.msg_type_of); a stored "abc" used to crash every reader at its offset,
-forever. `_tt` and `_wt` are overwritten by the node on delivery; other reserved keys
-pass through (Milvus's own among them).
+forever. A batch whose bytes cannot hold a `_t` key is not looked into. `_tt` and `_wt`
+are overwritten by the node on delivery; other reserved keys pass through (Milvus's own
+among them).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 from google.protobuf.message import DecodeError
 
@@ -35,9 +36,9 @@ MAX_START_OFFSET = 2**62
 MAX_REPLICAS = 9  # the coord's largest replica set (an odd count, 1..9)
 MAX_ADDRESS_BYTES = 261  # a 253-byte DNS name, ':' and a 5-digit port, or [IPv6]:port
 MAX_PRODUCER_ID = 128
-# `_t` as a map key must appear in a serialized message as these bytes: its length (2,
-# one byte) then "_t". A body without them holds no `_t` (the common, cheap case).
-_TYPE_KEY = re.compile(rb"\x02_t")
+# A `_t` map key is these bytes in a serialized message, however its length is encoded:
+# a body without them holds no `_t` (the common, cheap case).
+_TYPE_KEY = re.compile(rb"_t")
 
 
 def term(value: int, field: str = "pchannel.term") -> None:
@@ -137,9 +138,17 @@ def message(msg: pb.Message, max_message_bytes: int) -> None:
     reserved_properties((msg,))
 
 
-def reserved_properties(messages: Iterable[pb.Message], vchannel: str | None = None) -> None:
+def reserved_properties(messages: Sequence[pb.Message], vchannel: str | None = None) -> None:
     """Every message's `_t` is a message type code; with `vchannel`, every message's `_vc`
-    is it (a txn's messages all belong to the txn's vchannel)."""
+    is it (a txn's messages all belong to the txn's vchannel).
+
+    A batch's messages mostly share their properties, so the distinct `_t` values are
+    gathered first and each checked once; the messages are walked one by one only to
+    name the first bad one."""
+    if vchannel is None:
+        codes = {msg.properties.get(PROP_TYPE) for msg in messages}
+        if all(_is_msg_type(code) for code in codes):
+            return
     for i, msg in enumerate(messages):
         props = msg.properties
         try:
@@ -151,6 +160,14 @@ def reserved_properties(messages: Iterable[pb.Message], vchannel: str | None = N
                 f"message {i} of the txn append has vchannel "
                 f"{props.get(PROP_VCHANNEL)!r}, the txn's is {vchannel!r}"
             )
+
+
+def _is_msg_type(code: str | None) -> bool:
+    try:
+        msg_type_of(code)
+    except ValueError:
+        return False
+    return True
 
 
 def txn_begin(req: pb.TxnBegin, max_keepalive_ms: int) -> None:

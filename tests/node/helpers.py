@@ -116,14 +116,15 @@ class Bystander:
     whatever a test does to the node, this caller must be served throughout (the
     `bystander` fixture checks it at teardown)."""
 
-    def __init__(self, client: NodeClient) -> None:
+    def __init__(self, client: NodeClient, pchannel: str = "bystander") -> None:
         self.client = client
+        self.pchannel = pchannel
         self.acked: list[bytes] = []
         self.stop = asyncio.Event()
 
     async def run(self) -> None:
-        await self.client.assign("bystander", 1)
-        producer = await self.client.producer("bystander", 1)
+        await self.client.assign(self.pchannel, 1)
+        producer = await self.client.producer(self.pchannel, 1)
         i = 0
         while not self.stop.is_set() and i < 2000:
             payloads = [b"by%d.%d" % (i, k) for k in range(5)]
@@ -135,17 +136,19 @@ class Bystander:
 
     async def verify(self) -> None:
         assert len(self.acked) >= 25, "the bystander barely ran: the node stalled"
-        consumer = await self.client.consumer("bystander", 1, DeliverPolicy.all())
+        consumer = await self.client.consumer(self.pchannel, 1, DeliverPolicy.all())
         got = await read_data(consumer, len(self.acked), timeout=30)
         await consumer.close()
         assert [m.payload for m in got] == self.acked
 
 
 @contextlib.asynccontextmanager
-async def served_throughout(client: NodeClient) -> AsyncIterator[Bystander]:
+async def served_throughout(
+    client: NodeClient, pchannel: str = "bystander"
+) -> AsyncIterator[Bystander]:
     """A Bystander on `client`'s node for the block; after it, every batch it sent must
     have been acknowledged and read back in order, and the node be healthy."""
-    b = Bystander(client)
+    b = Bystander(client, pchannel)
     task = asyncio.ensure_future(b.run())
     await asyncio.sleep(0.2)
     yield b
