@@ -505,30 +505,44 @@ def test_a_bad_stored_type_is_a_clear_error_for_a_reader() -> None:
     assert ConsumedMessage(8, 1, 101, pb.Message(properties={"_t": ""})).msg_type == 400
 
 
-async def test_txn_keepalive_and_count_limits_answer_and_leave_others_served(
-    start_node, pchannel
-) -> None:
-    """A keepalive of 2^64-1 used to end the stream with OK and no answer; one stream
-    opening 1,023 txns left every other caller INTERNAL errors."""
-    node = start_node("n1", "--txn-max-open", "6", "--txn-max-open-per-stream", "4")
+async def test_a_huge_txn_keepalive_is_refused_and_the_stream_goes_on(client, pchannel) -> None:
+    """A keepalive of 2^64-1 used to end the stream with OK and no answer."""
+    await client.assign(pchannel, 1)
+    vch = f"{pchannel}_v0"
+    producer = await client.producer(pchannel, 1)
+    huge = pb.TxnRequest(begin=pb.TxnBegin(vchannel=vch, keepalive_ms=2**64 - 1))
+    with pytest.raises(InvalidArgument, match="keepalive_ms 18446744073709551615 is over"):
+        await producer.txn_request(huge)
+    txn = await producer.begin_txn(vch)  # the stream is still served
+    await txn.append(b"t")
+    assert (await txn.commit()).count == 1
+    await producer.close()
+
+
+async def test_one_stream_cannot_take_every_txn_of_the_node(start_node, pchannel) -> None:
+    """One stream opening 1,023 txns used to leave every other caller INTERNAL errors: a
+    stream holds 64 at most (--txn-max-open-per-stream), and over the node's limit a
+    begin is RESOURCE_EXHAUSTED naming it."""
+    node = start_node("n1", "--txn-max-open", "70")
     vch = f"{pchannel}_v0"
     async with NodeClient(node.address) as c:
         await c.assign(pchannel, 1)
         greedy = await c.producer(pchannel, 1)
-        huge = pb.TxnRequest(begin=pb.TxnBegin(vchannel=vch, keepalive_ms=2**64 - 1))
-        with pytest.raises(InvalidArgument, match="keepalive_ms 18446744073709551615 is over"):
-            await greedy.txn_request(huge)
-        txns = [await greedy.begin_txn(vch) for _ in range(4)]  # the stream is still served
-        with pytest.raises(ResourceExhausted, match=r"limit per stream.*--txn-max-open-per-stream"):
-            await greedy.begin_txn(vch)
+        txns = []
+        with pytest.raises(StreamingError) as info:
+            while len(txns) < 70:
+                txns.append(await greedy.begin_txn(vch))
+        assert len(txns) == 64
+        assert isinstance(info.value, ResourceExhausted), info.value
+        assert "the limit per stream" in str(info.value)
+        assert "(--txn-max-open-per-stream)" in str(info.value)
         other = await c.producer(pchannel, 1)
-        mine = [await other.begin_txn(vch) for _ in range(2)]
-        with pytest.raises(ResourceExhausted, match=r"holds 6 open txns, its limit.*max-open\)"):
+        mine = [await other.begin_txn(vch) for _ in range(6)]
+        with pytest.raises(ResourceExhausted, match=r"holds 70 open txns, its limit.*max-open\)"):
             await other.begin_txn(vch)
         await txns[0].append(b"t")
-        result = await txns[0].commit()
+        assert (await txns[0].commit()).count == 1
         await mine[0].append(b"m")
         assert (await mine[0].commit()).count == 1
-        assert result.count == 1
         await greedy.close()
         await other.close()

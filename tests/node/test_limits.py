@@ -4,7 +4,9 @@ What a hostile or broken caller can hold is bounded: frames that claim huge size
 never finish, thousands of idle or silent connections, too many connections from one
 address or calls on one connection. Each is refused with RESOURCE_EXHAUSTED naming its
 flag, counted in `streamwal_limit_exceeded_total`, and the node keeps serving the others
-(the `bystander` fixture) with its memory bounded.
+(a bystander) with its memory bounded. Limits are set through their STREAMWAL_NODE_*
+variables (the same as the flags), which a node that lacks them ignores: on such a node
+these tests fail on the defect itself, not on a flag it does not know.
 """
 
 from __future__ import annotations
@@ -146,11 +148,13 @@ async def test_thousands_of_idle_connections_are_reclaimed_and_new_clients_get_i
     port = _free_port()
     node = start_node(
         "idle",
-        "--header-timeout", "1s",
-        "--idle-timeout", "2s",
-        "--max-connections", "8000",
-        "--max-connections-per-peer", "8000",
         "--metrics", f"127.0.0.1:{port}",
+        env={
+            "STREAMWAL_NODE_HEADER_TIMEOUT": "1s",
+            "STREAMWAL_NODE_IDLE_TIMEOUT": "2s",
+            "STREAMWAL_NODE_MAX_CONNECTIONS": "8000",
+            "STREAMWAL_NODE_MAX_CONNECTIONS_PER_PEER": "8000",
+        },
     )  # fmt: skip
     async with NodeClient(node.address) as c, served_throughout(c):
         await c.assign(pchannel, 1)
@@ -209,10 +213,13 @@ async def test_connections_per_peer_and_calls_per_connection(start_node, pchanne
     port = _free_port()
     node = start_node(
         "peers",
-        "--max-connections-per-peer", "3",
-        "--max-streams-per-connection", "4",
-        "--metrics", f"127.0.0.1:{port}",
-    )  # fmt: skip
+        "--metrics",
+        f"127.0.0.1:{port}",
+        env={
+            "STREAMWAL_NODE_MAX_CONNECTIONS_PER_PEER": "3",
+            "STREAMWAL_NODE_MAX_STREAMS_PER_CONNECTION": "4",
+        },
+    )
     async with NodeClient(node.address) as c:
         await c.wait_ready(30)
         await c.assign(pchannel, 1)
@@ -247,7 +254,7 @@ async def test_connections_per_peer_and_calls_per_connection(start_node, pchanne
 async def test_grpc_refuses_oversized_messages_from_their_length(start_node, pchannel) -> None:
     """A gRPC message over --max-frame-size is refused by gRPC from its length prefix;
     its body is never held (the node's memory does not grow by it)."""
-    node = start_node("grpc-big", "--max-frame-size", "8MiB")
+    node = start_node("grpc-big", env={"STREAMWAL_NODE_MAX_FRAME_SIZE": "8MiB"})
     async with NodeClient(node.address, produce_port=False) as c:
         await c.wait_ready(30)
         await c.assign(pchannel, 1)
