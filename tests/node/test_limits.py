@@ -25,8 +25,7 @@ from streamwal import wire
 from streamwal.client.node_client import NodeClient
 from streamwal.errors import ResourceExhausted, StreamingError
 from streamwal.proto import streaming_pb2 as pb
-from tests.node.helpers import read_log, served_throughout
-from tests.node.test_metrics import _free_port, _scrape, _value
+from tests.node.helpers import free_port, read_log, sample, scrape, served_throughout
 
 MIB = 1024 * 1024
 
@@ -77,7 +76,7 @@ async def test_partial_huge_frames_leave_memory_bounded(start_node) -> None:
     """100 connections that send most of a huge frame, then leave: they used to leave
     ~250 MB of RSS each, never freed. A frame over --max-frame-size is refused from its
     header; frames within it share --max-receive-buffer, beyond which they are refused."""
-    port = _free_port()
+    port = free_port()
     node = start_node("big", "--metrics", f"127.0.0.1:{port}")
     async with NodeClient(node.address) as c, served_throughout(c):
         await c.assign("big", 1)
@@ -104,9 +103,9 @@ async def test_partial_huge_frames_leave_memory_bounded(start_node) -> None:
         await producer.send(b"after")
         await producer.close()
         assert [m.payload for m in await read_log(c, "big", 1)] == [b"after"]
-    samples = _scrape(port)
-    assert _value(samples, "streamwal_limit_exceeded_total", limit="frame_size") == 50
-    assert _value(samples, "streamwal_limit_exceeded_total", limit="receive_buffer") >= len(refused)
+    samples = scrape(port)
+    assert sample(samples, "streamwal_limit_exceeded_total", limit="frame_size") == 50
+    assert sample(samples, "streamwal_limit_exceeded_total", limit="receive_buffer") >= len(refused)
 
 
 def _raise_open_files(needed: int) -> None:
@@ -145,7 +144,7 @@ async def test_thousands_of_idle_connections_are_reclaimed_and_new_clients_get_i
     timeouts close them (500 silent ones on the gRPC port too); a new client is served
     meanwhile and after."""
     _raise_open_files(12_500)
-    port = _free_port()
+    port = free_port()
     node = start_node(
         "idle",
         "--metrics", f"127.0.0.1:{port}",
@@ -185,12 +184,12 @@ async def test_thousands_of_idle_connections_are_reclaimed_and_new_clients_get_i
         await producer.send(b"after")
         await producer.close()
         assert [m.payload for m in await read_log(c, pchannel, 1)] == [b"during", b"after"]
-    samples = _scrape(port)
-    assert _value(samples, "streamwal_limit_exceeded_total", limit="header_timeout") == 2500
-    assert _value(samples, "streamwal_limit_exceeded_total", limit="idle_timeout") >= 2500
-    assert _value(samples, "streamwal_limit", limit="idle_timeout") == 2.0
-    assert _value(samples, "streamwal_limit", limit="connections") == 8000
-    assert _value(samples, "streamwal_limit_usage", limit="connections") <= 2
+    samples = scrape(port)
+    assert sample(samples, "streamwal_limit_exceeded_total", limit="header_timeout") == 2500
+    assert sample(samples, "streamwal_limit_exceeded_total", limit="idle_timeout") >= 2500
+    assert sample(samples, "streamwal_limit", limit="idle_timeout") == 2.0
+    assert sample(samples, "streamwal_limit", limit="connections") == 8000
+    assert sample(samples, "streamwal_limit_usage", limit="connections") <= 2
 
 
 def _last_frame(data: bytes) -> str:
@@ -210,7 +209,7 @@ def _last_frame(data: bytes) -> str:
 async def test_connections_per_peer_and_calls_per_connection(start_node, pchannel) -> None:
     """One address cannot take a listener's connections, nor one connection its calls:
     the next gets RESOURCE_EXHAUSTED naming the limit; other addresses are served."""
-    port = _free_port()
+    port = free_port()
     node = start_node(
         "peers",
         "--metrics",
@@ -246,9 +245,9 @@ async def test_connections_per_peer_and_calls_per_connection(start_node, pchanne
         consumers.append(await c.consumer(pchannel, 1))  # a slot came free
         for consumer in consumers:
             await consumer.close()
-    samples = _scrape(port)
-    assert _value(samples, "streamwal_limit_exceeded_total", limit="connections_per_peer") == 1
-    assert _value(samples, "streamwal_limit_exceeded_total", limit="streams_per_connection") == 1
+    samples = scrape(port)
+    assert sample(samples, "streamwal_limit_exceeded_total", limit="connections_per_peer") == 1
+    assert sample(samples, "streamwal_limit_exceeded_total", limit="streams_per_connection") == 1
 
 
 async def test_grpc_refuses_oversized_messages_from_their_length(start_node, pchannel) -> None:
