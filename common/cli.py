@@ -63,45 +63,56 @@ class Address(click.ParamType):
             self.fail(str(exc), param, ctx)
 
 
-class Size(click.ParamType):
+class _Quantity(click.ParamType):
+    """A value in human units (`parse`), within [low, high] (`show` writes a bound)."""
+
+    def __init__(self, low: float = 0, high: float | None = None) -> None:
+        self.low = low
+        self.high = high
+
+    def parse(self, text: str) -> float:
+        raise NotImplementedError
+
+    def show(self, bound: float) -> str:
+        raise NotImplementedError
+
+    def convert(self, value, param, ctx):
+        try:
+            n = value if isinstance(value, int | float) else self.parse(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+        if n < self.low or (self.high is not None and n > self.high):
+            top = f" and at most {self.show(self.high)}" if self.high is not None else ""
+            self.fail(f"{value!r} must be at least {self.show(self.low)}{top}", param, ctx)
+        return n
+
+
+class Size(_Quantity):
     """A size in bytes (4096, 4MiB, 10GB), within [low, high]."""
 
     name = "size"
 
-    def __init__(self, low: int = 0, high: int | None = None) -> None:
-        self.low = low
-        self.high = high
+    def parse(self, text: str) -> int:
+        return parse_size(text)
 
-    def convert(self, value, param, ctx) -> int:
-        try:
-            n = value if isinstance(value, int) else parse_size(value)
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
-        if n < self.low or (self.high is not None and n > self.high):
-            top = f" and at most {_size_text(self.high)}" if self.high is not None else ""
-            self.fail(f"{value!r} must be at least {_size_text(self.low)}{top}", param, ctx)
-        return n
+    def show(self, bound: float) -> str:
+        return _size_text(int(bound))
 
 
-class Duration(click.ParamType):
+class Duration(_Quantity):
     """A duration (200ms, 30s, 10m, 7d) in seconds, within [low, high] seconds."""
 
     name = "duration"
 
-    def __init__(self, low: float = 0.0, high: float | None = None) -> None:
-        self.low = low
-        self.high = high
+    def parse(self, text: str) -> float:
+        return parse_duration_ms(text) / 1000
 
-    def convert(self, value, param, ctx) -> float:
-        try:
-            seconds = value if isinstance(value, float) else parse_duration_ms(value) / 1000
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
-        if seconds < self.low or (self.high is not None and seconds > self.high):
-            top = f" and at most {self.high:g}s" if self.high is not None else ""
-            self.fail(f"{value!r} must be at least {self.low:g}s{top}", param, ctx)
-        return seconds
+    def show(self, bound: float) -> str:
+        return f"{bound:g}s"
 
+
+# Seconds for intervals and grace periods given as plain numbers (coord, operator).
+SECONDS = click.FloatRange(0.01, 86_400.0)
 
 LOG_LEVEL = click.option(
     "--log-level",

@@ -10,7 +10,7 @@ import click
 from google.protobuf.json_format import MessageToDict
 
 from streamwal import logs
-from streamwal.cli import LOG_LEVEL, Address, check_address
+from streamwal.cli import LOG_LEVEL, SECONDS, Address, check_address
 
 
 class _Nodes(click.ParamType):
@@ -31,9 +31,6 @@ class _Nodes(click.ParamType):
             except ValueError as exc:
                 self.fail(f"node {node_id}: {exc}", param, ctx)
         return str(value)
-
-
-POSITIVE_SECONDS = click.FloatRange(0.01, 86_400.0)
 
 
 @click.command("coord")
@@ -61,14 +58,14 @@ POSITIVE_SECONDS = click.FloatRange(0.01, 86_400.0)
     "--probe-interval",
     default=0.5,
     show_default=True,
-    type=POSITIVE_SECONDS,
+    type=SECONDS,
     help="Seconds between probes of a node.",
 )
 @click.option(
     "--grace",
     default=1.5,
     show_default=True,
-    type=POSITIVE_SECONDS,
+    type=SECONDS,
     help="Seconds without an answer before a node is lost.",
 )
 @click.option(

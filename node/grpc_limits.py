@@ -25,7 +25,7 @@ from grpc import aio
 from streamwal.errors import InvalidArgument
 from streamwal.grpc_errors import abort
 from streamwal.node.config import NodeConfig
-from streamwal.node.limits import LimitExceeded, PeerCounts
+from streamwal.node.limits import LimitExceeded, PeerCounts, drop
 from streamwal.node.produce_stream import Malformed
 
 
@@ -122,11 +122,7 @@ class CallLimits(aio.ServerInterceptor):
 
         def release(_context) -> None:
             self.calls -= 1
-            left = self._per_connection[connection] - 1
-            if left:
-                self._per_connection[connection] = left
-            else:
-                del self._per_connection[connection]
+            if drop(self._per_connection, connection):
                 self.connections.release(address)
 
         context.add_done_callback(release)

@@ -88,11 +88,18 @@ class PeerCounts:
 
     def release(self, peer: str) -> None:
         self.total -= 1
-        left = self._per_peer[peer] - 1
-        if left:
-            self._per_peer[peer] = left
-        else:
-            del self._per_peer[peer]
+        drop(self._per_peer, peer)
+
+
+def drop(counts: Counter[str], key: str) -> bool:
+    """One less for `key`, forgotten at zero (a counter per peer must not grow without
+    bound); True when it reached zero."""
+    left = counts[key] - 1
+    if left:
+        counts[key] = left
+        return False
+    del counts[key]
+    return True
 
 
 class ReceiveBuffer:

@@ -147,7 +147,7 @@ def reserved_properties(messages: Sequence[pb.Message], vchannel: str | None = N
     name the first bad one."""
     if vchannel is None:
         codes = {msg.properties.get(PROP_TYPE) for msg in messages}
-        if all(_is_msg_type(code) for code in codes):
+        if all(is_msg_type(code) for code in codes):
             return
     for i, msg in enumerate(messages):
         props = msg.properties
@@ -162,7 +162,8 @@ def reserved_properties(messages: Sequence[pb.Message], vchannel: str | None = N
             )
 
 
-def _is_msg_type(code: str | None) -> bool:
+def is_msg_type(code: str | None) -> bool:
+    """Whether `code` is a valid `_t` value (streamwal.message.msg_type_of)."""
     try:
         msg_type_of(code)
     except ValueError:

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import click
 
 from streamwal import logs
-from streamwal.cli import LOG_LEVEL, Address
+from streamwal.cli import LOG_LEVEL, SECONDS, Address
 from streamwal.tasks import cancel_and_wait
 
 if TYPE_CHECKING:  # kopf and kubernetes are optional (streamwal[kube]): imported when run
@@ -53,7 +53,6 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DNS_NAME = re.compile(
     r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 )
-SECONDS = click.FloatRange(0.01, 86_400.0)
 
 
 def _kube_name(pattern: re.Pattern, what: str):

@@ -10,7 +10,6 @@ import pytest
 
 from streamwal.client import encoding
 from streamwal.errors import InvalidArgument
-from streamwal.message import msg_type_of
 from streamwal.node import validation
 from streamwal.proto import streaming_pb2 as pb
 from streamwal.protowire import varint
@@ -74,20 +73,14 @@ def test_a_batch_with_a_bad_type_is_refused_however_it_is_encoded(
     body: bytes, refused: bool
 ) -> None:
     parsed = pb.MessageBatch.FromString(body)  # as every reader here reads it
-    assert any(not _valid(m.properties.get("_t")) for m in parsed.messages) == refused
+    assert (
+        any(not validation.is_msg_type(m.properties.get("_t")) for m in parsed.messages) == refused
+    )
     if refused:
         with pytest.raises(InvalidArgument, match="property _t is"):
             validation.batch(body, 1 << 20)
     else:
         assert len(validation.batch(body, 1 << 20).messages) == len(parsed.messages)
-
-
-def _valid(code: str | None) -> bool:
-    try:
-        msg_type_of(code)
-    except ValueError:
-        return False
-    return True
 
 
 @pytest.mark.parametrize(
@@ -109,7 +102,7 @@ def _valid(code: str | None) -> bool:
     ],
 )
 def test_msg_type_codes(code: str | None, ok: bool) -> None:
-    assert _valid(code) == ok
+    assert validation.is_msg_type(code) == ok
 
 
 @pytest.mark.parametrize(
