@@ -260,7 +260,7 @@ async def test_grpc_refuses_oversized_messages_from_their_length(start_node, pch
         baseline = _rss_mib(node.proc.pid)
         producer = await c.producer(pchannel, 1)
         with pytest.raises(StreamingError, match=r"RESOURCE_EXHAUSTED|larger than max"):
-            await producer.send_many([b"x" * (4 * MIB)] * 6)  # 24 MiB in one frame
+            await producer.send_many([b"x" * (2 * MIB)] * 6)  # 12 MiB in one frame
         assert _rss_mib(node.proc.pid) - baseline < 60
         await producer.abandon()
         producer = await c.producer(pchannel, 1)
