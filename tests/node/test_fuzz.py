@@ -28,7 +28,7 @@ import pytest
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message_factory import GetMessageClass
 from grpc import aio
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from streamwal import wire
@@ -520,6 +520,21 @@ def _produce_requests(draw) -> tuple[bytes, bool | None]:
     return draw(st.binary(max_size=30)), None
 
 
+# Always tried first, so that every run sees the node acknowledge something.
+_GOOD_HEADER = pb.CreateProducerRequest(pchannel=pb.PChannelInfo(name=STREAM_NAMES[0], term=TERM))
+_GOOD_BATCH = (
+    pb.ProduceRequest(
+        produce_batch=pb.ProduceBatchRequest(
+            request_id=1,
+            messages=pb.MessageBatch(
+                messages=[pb.Message(payload=b"ok:known")]
+            ).SerializeToString(),
+        )
+    ).SerializeToString(),
+    False,
+)
+
+
 def _headers() -> st.SearchStrategy[pb.CreateProducerRequest]:
     """Mostly headers the node takes, so that the requests behind them are acted on."""
     good = st.builds(
@@ -609,6 +624,7 @@ def test_fuzz_produce_streams(fuzz_node: LocalNode) -> None:
             _headers().map(lambda h: h.SerializeToString()) | st.binary(max_size=20),
             st.lists(_produce_requests(), min_size=1, max_size=6),
         )
+        @example(_GOOD_HEADER.SerializeToString(), [_GOOD_BATCH])
         def one(header: bytes, requests) -> None:
             s.run(go(header, requests))
             s.alive()
@@ -670,6 +686,12 @@ def test_fuzz_produce_port_framing(fuzz_node: LocalNode) -> None:
             st.lists(_produce_requests(), max_size=5),
             st.lists(_frames(), max_size=2),
             st.integers(0, 3).flatmap(lambda n: st.none() if n else st.integers(0, 400)),
+        )
+        @example(
+            wire.frame(wire.CREATE_PRODUCER, _GOOD_HEADER.SerializeToString()),
+            [_GOOD_BATCH],
+            [],
+            None,
         )
         def one(head: bytes, requests, junk: list[bytes], cut: int | None) -> None:
             s.run(go(head, requests, junk, cut))
