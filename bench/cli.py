@@ -11,7 +11,7 @@ from streamwal.cli import LazyGroup
     lazy={
         "node": "streamwal.bench.node:node",
         "compare": "streamwal.bench.compare:compare",
-        "spark": "streamwal.bench.spark_read:spark",
+        "spark": "streamwal.bench.spark:spark",
         "trace": "streamwal.bench.sched_trace:trace",
     },
 )

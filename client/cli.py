@@ -9,7 +9,13 @@ import time
 
 import click
 
+from streamwal.cli import Address
 from streamwal.client.policy import DeliverFilter, DeliverPolicy
+
+NODE = click.option("--node", required=True, type=Address(), help="Node gRPC HOST:PORT.")
+PCHANNEL = click.option("--pchannel", required=True)
+TERM = click.IntRange(1, 2**63 - 1)
+OFFSET = click.IntRange(0, 2**63 - 1)
 
 
 def _run(coro):
@@ -22,16 +28,31 @@ def _run(coro):
 
 
 @click.command("produce")
-@click.option("--node", required=True, help="Node gRPC HOST:PORT.")
-@click.option("--pchannel", required=True)
-@click.option("--term", type=int, required=True, help="Term the pchannel is assigned under.")
+@NODE
+@PCHANNEL
+@click.option("--term", type=TERM, required=True, help="Term the pchannel is assigned under.")
 @click.option("--assign", is_flag=True, help="Assign the pchannel to the node under --term first.")
 @click.option("--vchannel", default=None, help="Set `_vc` on every message.")
 @click.option(
-    "--count", type=int, default=None, help="Send COUNT synthetic messages instead of stdin lines."
+    "--count",
+    type=click.IntRange(1),
+    default=None,
+    help="Send COUNT synthetic messages instead of stdin lines.",
 )
-@click.option("--size", type=int, default=128, show_default=True, help="Synthetic payload bytes.")
-@click.option("--batch", type=int, default=1000, show_default=True, help="Messages per batch.")
+@click.option(
+    "--size",
+    type=click.IntRange(0, 1024**3),
+    default=128,
+    show_default=True,
+    help="Synthetic payload bytes.",
+)
+@click.option(
+    "--batch",
+    type=click.IntRange(1, 1_000_000),
+    default=1000,
+    show_default=True,
+    help="Messages per batch.",
+)
 @click.option(
     "--ack-level",
     type=click.Choice(["default", "leader", "quorum"]),
@@ -126,9 +147,9 @@ async def _produce(
 
 
 @click.command("consume")
-@click.option("--node", required=True, help="Node gRPC HOST:PORT.")
-@click.option("--pchannel", required=True)
-@click.option("--term", type=int, required=True)
+@NODE
+@PCHANNEL
+@click.option("--term", type=TERM, required=True)
 @click.option(
     "--from",
     "start",
@@ -136,13 +157,19 @@ async def _produce(
     show_default=True,
     help="all, latest, or an offset to start from.",
 )
-@click.option("--after", type=int, default=None, help="Start after this offset.")
+@click.option("--after", type=OFFSET, default=None, help="Start after this offset.")
 @click.option("--vchannel", default=None, help="Only this vchannel (and time ticks).")
 @click.option(
-    "--tick-gt", type=int, default=None, help="Only messages with a time tick above this."
+    "--tick-gt",
+    type=click.IntRange(0, 2**64 - 1),
+    default=None,
+    help="Only messages with a time tick above this.",
 )
 @click.option(
-    "--count", type=int, default=None, help="Stop after COUNT messages (default: follow forever)."
+    "--count",
+    type=click.IntRange(1),
+    default=None,
+    help="Stop after COUNT messages (default: follow forever).",
 )
 @click.option(
     "--time-ticks/--no-time-ticks",
@@ -163,9 +190,11 @@ def consume(node, pchannel, term, start, after, vchannel, tick_gt, count, time_t
         policy = DeliverPolicy.latest()
     else:
         try:
-            policy = DeliverPolicy.start_from(int(start))
-        except ValueError:
-            raise click.BadParameter("use all, latest or an offset", param_hint="--from") from None
+            policy = DeliverPolicy.start_from(OFFSET.convert(start, None, None))
+        except click.BadParameter:
+            raise click.BadParameter(
+                f"{start!r}: use all, latest or an offset 0..{2**63 - 1}", param_hint="--from"
+            ) from None
     filters = []
     if vchannel:
         filters.append(DeliverFilter.vchannel(vchannel))

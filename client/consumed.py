@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import overload
 
+from streamwal.errors import InvalidArgument
 from streamwal.ids import decode_offset
-from streamwal.message import DEFAULT_MSG_TYPE, PROP_TERM, PROP_TIME_TICK, PROP_TYPE, PROP_VCHANNEL
+from streamwal.message import PROP_TERM, PROP_TIME_TICK, PROP_TYPE, PROP_VCHANNEL, msg_type_of
 from streamwal.proto import streaming_pb2 as pb
 
 
@@ -44,8 +45,12 @@ class ConsumedMessage:
 
     @property
     def msg_type(self) -> int:
-        raw = self._msg.properties.get(PROP_TYPE)
-        return int(raw) if raw else int(DEFAULT_MSG_TYPE)
+        """The MsgType code; InvalidArgument for a `_t` that is none (stored before the
+        node checked it at the edge): a clear error where readers used to crash."""
+        try:
+            return msg_type_of(self._msg.properties.get(PROP_TYPE))
+        except ValueError as exc:
+            raise InvalidArgument(f"message at offset {self.offset}: {exc}") from None
 
     @property
     def vchannel(self) -> str | None:
@@ -96,6 +101,12 @@ class ConsumedBatch(Sequence[ConsumedMessage]):
         """The frame's protobuf Messages as parsed (no node-set `_tt`/`_wt` in their
         properties): for readers that build their own columns."""
         return self._messages
+
+    @property
+    def serialized_messages(self) -> bytes:
+        """The frame's messages as the node sent them, one serialized MessageBatch: for
+        readers that decode whole columns at once (the Spark source)."""
+        return self._frame.messages
 
     @property
     def payloads(self) -> list[bytes]:

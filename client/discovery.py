@@ -101,17 +101,21 @@ class AssignmentWatcher:
         return self.routes.get(pchannel)
 
     async def wait_route(
-        self, pchannel: str, newer_than: Route | None = None, timeout: float = 10.0
+        self, pchannel: str, newer_than: Route | None = None, timeout: float | None = 10.0
     ) -> Route:
         """The pchannel's route once it exists (and has a term above `newer_than`'s).
 
-        Raises NoRoute after `timeout` seconds.
+        Raises NoRoute after `timeout` seconds; None waits until one arrives (a watch that
+        runs beside the work, such as a routed producer's, not a caller's wait).
         """
-        deadline = time.monotonic() + timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             route = self.routes.get(pchannel)
             if route is not None and (newer_than is None or route.term > newer_than.term):
                 return route
+            if deadline is None:
+                await self._changed.wait()
+                continue
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 have = f"term {route.term} on node {route.server_id}" if route else "no owner"

@@ -1,39 +1,41 @@
-"""The client end of the node's produce port (proto/wire.proto).
+"""The produce port's implementation of the produce-call protocol (client/produce_call.py).
 
-`WireProduceCall` offers the writing half of a grpc.aio stream call that `Producer` uses
-(write, done_writing, cancel), so batching, pipelining and resends are one code path
-over either transport. Answers are not read by a task: the connection is a protocol that
-cuts frames in `data_received` and hands each answer to the producer's callback there,
-so a one-at-a-time send's answer wakes only the sender, not a reader task first. Errors
-come as StreamingErrors (the node's own, from its ERROR frame) or as Unavailable when
-the connection breaks.
+The node's produce port carries the Produce stream's messages as plain TCP frames
+(proto/wire.proto). Answers are not read by a task: the connection is a protocol that
+cuts frames in `data_received` and hands each answer to the producer's callback there, so
+a one-at-a-time send's answer wakes only the sender, not a reader task first; and a
+request may be written at once (`write_now`) when nothing is buffered before it. Errors
+come as StreamingErrors (the node's own, from its ERROR frame) or as Unavailable when the
+connection breaks.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
 
 from google.protobuf.message import DecodeError
 
 from streamwal import wire
+from streamwal.client import encoding
+from streamwal.client.produce_call import OnAnswer, OnEnd
 from streamwal.errors import InvalidRequestSeq, StreamingError, Unavailable
 from streamwal.proto import streaming_pb2 as pb
 
 CONNECT_TIMEOUT_S = 1.0  # a port that neither answers nor refuses is treated as closed
 
-# Takes one answer; False once the producer wants no more (its stream is over).
-OnAnswer = Callable[[pb.ProduceResponse], bool]
-# Told once how the stream ended: None for a clean close by the node.
-OnEnd = Callable[[StreamingError | None], None]
-
 
 class WireProduceCall(wire.FramedProtocol):
+    """One producer's connection to a produce port (a ProduceCall once `create` arrived)."""
+
+    transport_name = "produce port"
+
     def __init__(self) -> None:
         super().__init__()
         self.first: asyncio.Future = asyncio.get_running_loop().create_future()
         self.ended: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.create = pb.CreateProducerResponse()
+        self.heard = False
         self._on_answer: OnAnswer | None = None
         self._on_end: OnEnd | None = None
         self._eof = False
@@ -44,6 +46,7 @@ class WireProduceCall(wire.FramedProtocol):
     def data_received(self, data: bytes) -> None:
         if self.ended.done():
             return
+        self.heard = True
         self.cutter.feed(data)
         self._pump()
 
@@ -62,12 +65,11 @@ class WireProduceCall(wire.FramedProtocol):
 
     # -- answers in -----------------------------------------------------------------
 
-    def listen(self, on_answer: OnAnswer, on_end: OnEnd) -> asyncio.Future:
-        """Hand every answer after `first` to `on_answer`, then the end to `on_end`;
-        returns `ended`, done once the stream is over."""
+    def listen(self, on_answer: OnAnswer, on_end: OnEnd) -> None:
+        """Hand every answer after `first` to `on_answer`, then the end to `on_end`
+        (`ended` is done once the stream is over)."""
         self._on_answer, self._on_end = on_answer, on_end
         self._pump()
-        return self.ended
 
     def _pump(self) -> None:
         while not self.ended.done():
@@ -132,20 +134,26 @@ class WireProduceCall(wire.FramedProtocol):
         """Send one serialized ProduceRequest without waiting (see `can_write_now`)."""
         self.transport.write(wire.frame(wire.PRODUCE_REQUEST, request))
 
-    async def done_writing(self) -> None:
+    async def close(self, timeout: float) -> None:
+        """Send `close`, half-close, and wait (at most `timeout` s) for the node's end."""
         if self.lost or self.transport.is_closing():
             return  # the node is gone already: nothing to tell it
+        self.transport.write(wire.frame(wire.PRODUCE_REQUEST, encoding.close_frame()))
         with contextlib.suppress(OSError):
             self.transport.write_eof()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.ended), timeout)
 
     def cancel(self) -> None:
-        self.transport.close()
+        """Drop the connection at once, with whatever is still unsent (a paused node would
+        never read it, and a closing transport would wait for it)."""
+        self.transport.abort()
 
 
 async def open_wire_producer(
     host: str, port: int, header: pb.CreateProducerRequest
-) -> tuple[WireProduceCall, pb.ProduceResponse]:
-    """Connect, send the header, return (call, the node's `create` answer).
+) -> WireProduceCall:
+    """Connect, send the header, return the call once the node answered `create`.
 
     OSError / TimeoutError: the port cannot be reached, or what answers there is not a
     produce port (the caller may use gRPC).
@@ -163,4 +171,5 @@ async def open_wire_producer(
     except BaseException:
         call.cancel()
         raise
-    return call, first
+    call.create = first.create
+    return call

@@ -2,14 +2,18 @@
 
 `Router` turns the watcher's assignment into node connections (one gRPC channel per node
 address, shared). A `RoutedProducer` writes through a resendable, idempotent node
-producer; when that breaks -- the pchannel was fenced or moved (CHANNEL_FENCED,
-CHANNEL_NOT_EXIST, UNMATCHED_CHANNEL_TERM) or its node is unreachable -- it reports the
-error to the coord, waits (bounded) for the next assignment, opens a producer with the
-*same producer id* on the new owner and hands it every unacknowledged batch, oldest first
-(`detach_unacknowledged` / `adopt`). Batches the old owner had already appended were
-copied to the new owner by the coord's catch-up, so the node answers them with their
-original result instead of appending them again: no duplicates, per-producer order kept,
-and the caller's `send()` simply returns later.
+producer, and moves it when that breaks -- the pchannel was fenced or moved
+(CHANNEL_FENCED, CHANNEL_NOT_EXIST, UNMATCHED_CHANNEL_TERM), its node is unreachable, or
+its node stopped answering within the producer's bounds (request deadline, keepalive) --
+or as soon as the coord assigns the pchannel under a newer term (a paused owner answers
+nothing and breaks nothing: only the assignment says it was replaced). A move detaches
+every unacknowledged batch, opens a producer with the *same producer id* on the owner
+of the newest assignment (waiting for one, bounded), and hands the batches to it,
+oldest first, with the sequence numbers they had (`detach_unacknowledged` / `adopt`).
+Batches the old owner had already stored reached the new owner through the coord's
+catch-up or replication, so the node answers them with their original result instead of
+appending them again: no duplicates, per-producer order kept, and the caller's `send()`
+simply returns later.
 
 A `RoutedConsumer` remembers the last offset it delivered and, on the same errors,
 reopens on the new owner just after it.
@@ -28,9 +32,12 @@ from typing import TypeVar
 
 import grpc
 
+from streamwal.client.consumed import ConsumedMessage
 from streamwal.client.discovery import AssignmentWatcher, NoRoute, Route
-from streamwal.client.node_client import AppendResult, ConsumedMessage, NodeClient, Producer
+from streamwal.client.node_client import NodeClient
 from streamwal.client.policy import DeliverPolicy
+from streamwal.client.produce_ledger import Op
+from streamwal.client.producer import AppendResult, Producer, fail_ops
 from streamwal.client.txn import Txn
 from streamwal.errors import OnShutdown, StreamingError, Unavailable, is_fencing_error
 from streamwal.proto import streaming_pb2 as pb
@@ -40,6 +47,7 @@ log = logging.getLogger("streamwal.client.routing")
 
 T = TypeVar("T")
 RETRY_INTERVAL = 0.25  # how long to wait for a newer assignment before retrying the same one
+_SUPERSEDED = object()  # an open attempt given up for a newer assignment
 
 
 def is_retryable(err: BaseException) -> bool:
@@ -79,6 +87,7 @@ class Router:
         self._clients: dict[str, NodeClient] = {}
         self._retired: list[NodeClient] = []
         self._replaced: dict[str, float] = {}
+        self._closed = False
 
     def client(self, address: str) -> NodeClient:
         nc = self._clients.get(address)
@@ -102,6 +111,8 @@ class Router:
         last_err = err
         route = failed
         while True:
+            if self._closed:  # (its producers end with their node clients: fail, not move)
+                raise Unavailable(f"pchannel {pchannel!r}: the client was closed")
             if route is not None and last_err is not None:
                 self.watcher.report_error(route, last_err)
             remaining = deadline - time.monotonic()
@@ -120,8 +131,11 @@ class Router:
                 if candidate is None:
                     continue  # raises at the top once the deadline passed
             try:
-                result = await asyncio.wait_for(open_at(candidate), max(0.1, remaining))
-                return candidate, result
+                opened = await self._attempt(pchannel, candidate, open_at, max(0.1, remaining))
+                if opened is not _SUPERSEDED:
+                    return candidate, opened  # type: ignore[return-value]
+                route, last_err = candidate, None  # a newer owner is known: go there now
+                continue
             except TimeoutError:
                 last_err = Unavailable(f"node {candidate.address} did not answer")
             except asyncio.CancelledError:
@@ -137,6 +151,33 @@ class Router:
                 self.forget(candidate.address)
             route = candidate
             await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+
+    async def _attempt(
+        self,
+        pchannel: str,
+        candidate: Route,
+        open_at: Callable[[Route], Awaitable[T]],
+        timeout: float,
+    ) -> T | object:
+        """`open_at(candidate)`, given up after `timeout` (TimeoutError) or as soon as the
+        coord names a newer owner (returns _SUPERSEDED): a paused node never answers, and
+        the move away from it must not wait for that."""
+        opening = asyncio.ensure_future(open_at(candidate))
+        newer = asyncio.ensure_future(self.watcher.wait_route(pchannel, candidate, None))
+        try:
+            done, _ = await asyncio.wait(
+                (opening, newer), timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            newer.cancel()
+            if not opening.done():
+                opening.cancel()  # what it opened so far it closes itself
+                await asyncio.gather(opening, return_exceptions=True)
+        if opening in done:
+            return opening.result()
+        if newer in done:
+            return _SUPERSEDED
+        raise TimeoutError
 
     def forget(self, address: str) -> None:
         """Replace the connection to a node that cannot be reached (TRANSIENT_FAILURE):
@@ -158,6 +199,7 @@ class Router:
         self._retired.append(self._clients.pop(address))
 
     async def close(self) -> None:
+        self._closed = True
         for nc in [*self._clients.values(), *self._retired]:
             await nc.close()
         self._clients.clear()
@@ -165,7 +207,12 @@ class Router:
 
 
 class RoutedProducer:
-    """Appends to one pchannel wherever it is served; sends survive moves and failovers."""
+    """Appends to one pchannel wherever it is served; sends survive moves and failovers.
+
+    Options are the node producer's (`Producer`: batching, `ack_level`, the liveness
+    bounds `request_timeout`, `keepalive_interval`, `keepalive_timeout`); the wait for a
+    new owner is the router's `failover_timeout`.
+    """
 
     def __init__(
         self,
@@ -185,8 +232,9 @@ class RoutedProducer:
         self.route: Route | None = None
         self._settled = asyncio.Event()
         self._watch: asyncio.Task | None = None
-        self._error: StreamingError | None = None
-        self._closing = False
+        self._error: StreamingError | None = None  # sends fail with it (set once for good)
+        self._refusal: StreamingError | None = None  # new sends fail with it (closing)
+        self._pending: list[Op] = []  # detached during a move, until the new owner adopts
         self._outstanding = 0  # sends not yet answered (across failovers)
         self._idle = asyncio.Event()
         self._idle.set()
@@ -214,8 +262,8 @@ class RoutedProducer:
         await self.close()
 
     async def _ready(self) -> Producer:
-        """The producer to send on; during a failover, waits until the supervisor has
-        handed the pending sends to the new one.
+        """The producer to send on; during a move, waits until the supervisor has handed
+        the pending sends to the new one.
 
         Waiters queue on one Event, which wakes them in the order they came, so sends keep
         their order across a failover. (Polling here instead let a send that arrived
@@ -231,11 +279,16 @@ class RoutedProducer:
                 self._settled.clear()  # the supervisor takes over and sets it again
             await self._settled.wait()
 
-    async def _tracked(self, coro):
+    async def _through(self, use: Callable[[Producer], Awaitable[T]]) -> T:
+        """`use(current producer)`, counted as outstanding from the call on (`close`
+        waits for it). `use` must reach the producer without awaiting first: then no move
+        can slip in between (a coroutine runs to its first await at once)."""
+        if self._refusal is not None:
+            raise self._refusal
         self._outstanding += 1
         self._idle.clear()
         try:
-            return await coro
+            return await use(await self._ready())
         finally:
             self._outstanding -= 1
             if not self._outstanding:
@@ -250,23 +303,15 @@ class RoutedProducer:
         properties: Mapping[str, str] | None = None,
     ) -> AppendResult:
         """Append one message; returns once it is durable on the pchannel's owner."""
-        inner = await self._ready()
-        # No await between the check above and the append (the coroutine runs to its
-        # first await at once): a failover cannot slip in between.
-        return await self._tracked(
-            inner.send(
-                payload,
-                vchannel=vchannel or self.vchannel,
-                msg_type=msg_type,
-                properties=properties,
-            )
+        vchannel = vchannel or self.vchannel
+        return await self._through(
+            lambda p: p.send(payload, vchannel=vchannel, msg_type=msg_type, properties=properties)
         )
 
     async def send_many(self, payloads: Sequence[bytes], **kwargs) -> list[AppendResult]:
         """Append all payloads as one atomic batch."""
         kwargs.setdefault("vchannel", self.vchannel)
-        inner = await self._ready()
-        return await self._tracked(inner.send_many(payloads, **kwargs))
+        return await self._through(lambda p: p.send_many(payloads, **kwargs))
 
     async def begin_txn(self, vchannel: str | None = None, keepalive: float | None = None) -> Txn:
         """A transaction on the current owner. It does not follow a move: only committed
@@ -277,72 +322,101 @@ class RoutedProducer:
     async def send_batch(self, entries: list[bytes], barrier_time_tick: int = 0) -> tuple[int, int]:
         """Append pre-encoded entries (`encoding.encode_entry`, each with its own vchannel,
         type and properties) as one atomic batch: (first offset, first tick)."""
-        inner = await self._ready()
-        return await self._tracked(inner.send_batch(entries, barrier_time_tick))
+        return await self._through(lambda p: p.send_batch(entries, barrier_time_tick))
+
+    async def _trouble(self, inner: Producer, route: Route) -> tuple[StreamingError, bool]:
+        """Wait until `inner` breaks or the coord assigns the pchannel under a newer term:
+        (why, whether it moved)."""
+        broken = asyncio.ensure_future(inner.broken.wait())
+        newer = asyncio.ensure_future(self.router.watcher.wait_route(self.pchannel, route, None))
+        try:
+            await asyncio.wait((broken, newer), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            broken.cancel()
+            newer.cancel()
+        if inner.broken.is_set():
+            return inner.error or Unavailable("producer stream broke"), False
+        new = newer.result()
+        return Unavailable(
+            f"pchannel {self.pchannel!r} moved from node {route.server_id} (term {route.term}) "
+            f"to node {new.server_id} (term {new.term})"
+        ), True
 
     async def _supervise(self) -> None:
         while True:
-            inner = self._inner
-            assert inner is not None
-            await inner.broken.wait()
-            if self._closing:
-                return
+            inner, old = self._inner, self.route
+            assert inner is not None and old is not None
+            err, moved = await self._trouble(inner, old)
             self._settled.clear()
-            err = inner.error or Unavailable("producer stream broke")
-            pending = inner.detach_unacknowledged()
+            self._pending = inner.detach_unacknowledged()
+            next_sequence = inner.next_sequence
             await inner.abandon()
-            old, started = self.route, time.monotonic()
+            started = time.monotonic()
             if not is_retryable(err):
-                self._fail(pending, err)
+                self._fail(err)
                 return
             log.info(
                 "producer rerouting",
-                extra={"pchannel": self.pchannel, "error": str(err), "pending": len(pending)},
+                extra={"pchannel": self.pchannel, "error": str(err), "pending": len(self._pending)},
             )
             try:
+                # A move is no error to report: the coord made it.
                 self.route, self._inner = await self.router.reopen(
-                    self.pchannel, old, err, self._open_at
+                    self.pchannel, old, None if moved else err, self._open_at
                 )
             except StreamingError as exc:
-                self._fail(pending, exc)
+                self._fail(exc)
                 return
             except Exception as exc:  # never leave sends hanging on a bug
                 log.exception("rerouting failed", extra={"pchannel": self.pchannel})
-                self._fail(pending, Unavailable(f"rerouting failed: {exc!r}"))
+                self._fail(Unavailable(f"rerouting failed: {exc!r}"))
                 return
-            self._inner.adopt(pending)
+            pending, self._pending = self._pending, []
+            self._inner.adopt(pending, next_sequence)
             self.reroutes.append(Reroute(old, self.route, started, time.monotonic(), len(pending)))
             log.info(
                 "producer rerouted",
                 extra={
                     "pchannel": self.pchannel,
-                    "from": f"{old.server_id}@{old.term}" if old else None,
+                    "from": f"{old.server_id}@{old.term}",
                     "to": f"{self.route.server_id}@{self.route.term}",
                     "resent": len(pending),
                 },
             )
             self._settled.set()
 
-    def _fail(self, pending, err: StreamingError) -> None:
-        self._error = err
-        for batch in pending:
-            if not batch.future.done():
-                batch.future.set_exception(err)
+    def _fail(self, err: StreamingError) -> None:
+        """The producer is over: sends waiting for a move, and those detached, fail."""
+        self._error = self._error or err
+        pending, self._pending = self._pending, []
+        fail_ops(pending, err)
         self._settled.set()
 
-    async def close(self) -> None:
-        """Wait for every outstanding send (across failovers), then close."""
+    async def close(self, timeout: float | None = None) -> None:
+        """Wait for every outstanding send (across failovers), then close; sends after
+        this call are refused.
+
+        The wait is at most `timeout` seconds (None: twice the router's failover_timeout,
+        the most two moves in a row may take); sends still unanswered then fail with
+        Unavailable.
+        """
+        self._refusal = self._refusal or Unavailable(f"producer of {self.pchannel!r} closed")
+        limit = self.router.failover_timeout * 2 if timeout is None else timeout
         with suppress(TimeoutError):
-            await asyncio.wait_for(self._idle.wait(), self.router.failover_timeout * 2)
-        self._closing = True
-        self._error = self._error or Unavailable(f"producer of {self.pchannel!r} closed")
-        self._settled.set()  # a send still waiting for a failover gets that error
+            await asyncio.wait_for(self._idle.wait(), limit)
         if self._watch is not None:
             self._watch.cancel()
             with suppress(asyncio.CancelledError):
                 await self._watch
-        if self._inner is not None:
-            await self._inner.abandon(graceful=not self._inner.broken.is_set())
+            self._watch = None
+        late = Unavailable(f"producer of {self.pchannel!r} closed before its sends were answered")
+        self._fail(late)
+        inner = self._inner
+        if inner is not None:
+            graceful = self._idle.is_set() and not inner.broken.is_set()
+            if not graceful:
+                fail_ops(inner.detach_unacknowledged(), late)
+            await inner.abandon(graceful=graceful)
 
 
 class RoutedConsumer:

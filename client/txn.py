@@ -18,7 +18,7 @@ from streamwal.ids import decode_offset
 from streamwal.proto import streaming_pb2 as pb
 
 if TYPE_CHECKING:
-    from streamwal.client.node_client import Producer
+    from streamwal.client.producer import Producer
 
 
 @dataclass(frozen=True, slots=True)

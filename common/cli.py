@@ -7,10 +7,119 @@ benchmark peers, Kopf or Spark at every start (the node's restart time includes 
 from __future__ import annotations
 
 import importlib
+import os
 
 import click
 
 from streamwal import __version__
+from streamwal.units import parse_duration_ms, parse_size
+
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+LOG_FORMATS = ("json", "text")
+MAX_PORT = 65535
+
+
+def check_address(value: str, listen: bool = False) -> str:
+    """`value` if it is HOST:PORT with a port 1..65535 (0 too when `listen`: any free
+    port); ValueError otherwise. gRPC would bind port 99999 as 34463, silently."""
+    host, sep, port = value.rpartition(":")
+    low = 0 if listen else 1
+    bracketed = host.startswith("[") and host.endswith("]")
+    if (
+        not sep
+        or not host
+        or not host.isprintable()
+        or " " in host
+        or (":" in host and not bracketed)
+        or not (port.isascii() and port.isdigit() and low <= int(port) <= MAX_PORT)
+    ):
+        hint = " (0: any free port)" if listen else ""
+        raise ValueError(
+            f"{value!r} is not HOST:PORT with a host (0.0.0.0 for every interface, "
+            f"[::1] for IPv6) and a port {low}..{MAX_PORT}{hint}"
+        )
+    return value
+
+
+def _size_text(n: float) -> str:
+    for unit, factor in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if n >= factor and n % factor == 0:
+            return f"{n // factor}{unit}"
+    return f"{n} bytes"
+
+
+class Address(click.ParamType):
+    """HOST:PORT (see `check_address`)."""
+
+    name = "host:port"
+
+    def __init__(self, listen: bool = False) -> None:
+        self.listen = listen
+
+    def convert(self, value, param, ctx) -> str:
+        try:
+            return check_address(str(value), self.listen)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class _Quantity(click.ParamType):
+    """A value in human units (`parse`), within [low, high] (`show` writes a bound)."""
+
+    def __init__(self, low: float = 0, high: float | None = None) -> None:
+        self.low = low
+        self.high = high
+
+    def parse(self, text: str) -> float:
+        raise NotImplementedError
+
+    def show(self, bound: float) -> str:
+        raise NotImplementedError
+
+    def convert(self, value, param, ctx):
+        try:
+            n = value if isinstance(value, int | float) else self.parse(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+        if n < self.low or (self.high is not None and n > self.high):
+            top = f" and at most {self.show(self.high)}" if self.high is not None else ""
+            self.fail(f"{value!r} must be at least {self.show(self.low)}{top}", param, ctx)
+        return n
+
+
+class Size(_Quantity):
+    """A size in bytes (4096, 4MiB, 10GB), within [low, high]."""
+
+    name = "size"
+
+    def parse(self, text: str) -> int:
+        return parse_size(text)
+
+    def show(self, bound: float) -> str:
+        return _size_text(int(bound))
+
+
+class Duration(_Quantity):
+    """A duration (200ms, 30s, 10m, 7d) in seconds, within [low, high] seconds."""
+
+    name = "duration"
+
+    def parse(self, text: str) -> float:
+        return parse_duration_ms(text) / 1000
+
+    def show(self, bound: float) -> str:
+        return f"{bound:g}s"
+
+
+# Seconds for intervals and grace periods given as plain numbers (coord, operator).
+SECONDS = click.FloatRange(0.01, 86_400.0)
+
+LOG_LEVEL = click.option(
+    "--log-level",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    default="info",
+    show_default=True,
+)
 
 
 class LazyGroup(click.Group):
@@ -49,5 +158,12 @@ def main() -> None:
     """streamwal: a write-ahead log of physical channels for streaming systems.
 
     Every option can also be set from the environment as STREAMWAL_<COMMAND>_<OPTION>,
-    for example STREAMWAL_NODE_DATA_DIR.
+    for example STREAMWAL_NODE_DATA_DIR. STREAMWAL_LOG_FORMAT is json (the default) or
+    text; STREAMWAL_LOG_LEVEL is the level where a command has no --log-level.
     """
+    for name, allowed, value in (
+        ("STREAMWAL_LOG_FORMAT", LOG_FORMATS, os.environ.get("STREAMWAL_LOG_FORMAT")),
+        ("STREAMWAL_LOG_LEVEL", LOG_LEVELS, os.environ.get("STREAMWAL_LOG_LEVEL", "").lower()),
+    ):
+        if value and value not in allowed:
+            raise click.UsageError(f"{name}={value!r}: use one of {', '.join(allowed)}")

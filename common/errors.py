@@ -103,6 +103,13 @@ class DataLoss(StreamingError):
     code = Code.STREAMING_CODE_DATA_LOSS
 
 
+class ResourceExhausted(StreamingError):
+    """A limit was reached (a connection count, a buffer, a queue): the cause names the
+    limit and its flag. Retry later, or elsewhere; nothing of the refused request was kept."""
+
+    code = Code.STREAMING_CODE_RESOURCE_EXHAUSTED
+
+
 class TransactionExpired(StreamingError):
     """The txn saw no append within its keepalive and was rolled back by the node."""
 
@@ -140,6 +147,7 @@ _BY_CODE: dict[int, type[StreamingError]] = {
         BroadcastNotFound,
         Unsupported,
         DataLoss,
+        ResourceExhausted,
         TransactionExpired,
         InvalidTransactionState,
         ConsumerGroupExist,

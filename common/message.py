@@ -82,6 +82,24 @@ class MsgType(IntEnum):
 
 
 DEFAULT_MSG_TYPE = MsgType.Insert
+MAX_MSG_TYPE = 2**31 - 1  # Milvus's MsgType is an int32
+
+
+def msg_type_of(raw: str | None) -> int:
+    """The MsgType code a `_t` value holds; absent or empty means Insert.
+
+    Raises ValueError unless it is 1 to 10 ASCII digits up to MAX_MSG_TYPE: the node
+    refuses such a value at the edge, and readers refuse one already stored with this
+    error instead of crashing.
+    """
+    if not raw:
+        return int(DEFAULT_MSG_TYPE)
+    if len(raw) > 10 or not (raw.isascii() and raw.isdigit()) or int(raw) > MAX_MSG_TYPE:
+        raise ValueError(
+            f"property {PROP_TYPE} is {raw[:40]!r}, not a message type code "
+            f"(1 to 10 digits, at most {MAX_MSG_TYPE})"
+        )
+    return int(raw)
 
 
 def pchannel_of(vchannel: str) -> str:

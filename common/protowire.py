@@ -47,8 +47,8 @@ def produce_batch_answer(
     if duplicate:
         result += b"\x20\x01"
     inner = b"\x12" + varint(len(result)) + result
-    if request_id:
-        inner = b"\x08" + varint(request_id) + inner
+    if request_id:  # an int64: a negative one is sent as its 64-bit two's complement
+        inner = b"\x08" + varint(request_id if request_id > 0 else request_id + 2**64) + inner
     return b"R" + varint(len(inner)) + inner
 
 

@@ -11,13 +11,15 @@ which reads STREAMWAL_TLS_* environment variables by default.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
 from grpc import aio
 
-# Frames carry batches; the per-message limit is enforced by the node itself.
+# What a client takes: a node's answers and records. A node takes smaller requests (its
+# --max-frame-size, node/grpc_limits.py); the per-message limit is the node's own.
 MAX_FRAME_BYTES = 256 * 1024 * 1024
 CONNECT_TIMEOUT_MS = 2000
 _OPTIONS = [
@@ -107,13 +109,22 @@ class _ManagerAuthorization(aio.ServerInterceptor):
         )
 
 
-def make_server(config: TransportConfig | None = None) -> aio.Server:
-    """A grpc.aio server; call `bind(server, address, config)` to listen."""
+def make_server(
+    config: TransportConfig | None = None,
+    options: Sequence[tuple[str, int]] = (),
+    interceptors: Sequence[aio.ServerInterceptor] = (),
+) -> aio.Server:
+    """A grpc.aio server; call `bind(server, address, config)` to listen. `options` replace
+    the defaults of the same name (a node's limits); `interceptors` run after the
+    authorization check."""
     config = config or TransportConfig.from_env()
-    interceptors = []
+    chain = []
     if config.ca and config.manager_identities:
-        interceptors.append(_ManagerAuthorization(config.manager_identities))
-    return aio.server(options=_SERVER_OPTIONS, interceptors=interceptors)
+        chain.append(_ManagerAuthorization(config.manager_identities))
+    chain += interceptors
+    replaced = {name for name, _ in options}
+    merged = [o for o in _SERVER_OPTIONS if o[0] not in replaced] + list(options)
+    return aio.server(options=merged, interceptors=chain)
 
 
 def bind(server: aio.Server, address: str, config: TransportConfig | None = None) -> int:

@@ -27,6 +27,15 @@ class FrameError(Exception):
     """The peer sent something that is not a frame of this protocol."""
 
 
+class FrameTooLarge(FrameError):
+    """A frame's header claims more bytes than the limit: refused before its body is read."""
+
+    def __init__(self, length: int, limit: int) -> None:
+        super().__init__(f"frame of {length} bytes is over the {limit}-byte limit")
+        self.length = length
+        self.limit = limit
+
+
 def frame(kind: int, body: bytes) -> bytes:
     return _HEAD.pack(len(body), kind) + body
 
@@ -35,7 +44,7 @@ def _check_head(length: int, kind: int, limit: int) -> None:
     if kind not in KINDS:
         raise FrameError(f"unknown frame kind {kind}")
     if length > limit:
-        raise FrameError(f"frame of {length} bytes is over the {limit}-byte limit")
+        raise FrameTooLarge(length, limit)
 
 
 class FrameCutter:
@@ -61,14 +70,15 @@ class FrameCutter:
             self._more.append(data)
             self._more_bytes += len(data)
 
-    def _held(self) -> int:
+    def buffered(self) -> int:
+        """Bytes held: frames not taken yet, and the part of a frame still arriving."""
         return len(self._buf) - self._pos + self._more_bytes
 
     def _have(self, n: int) -> bool:
         """Whether `n` bytes are held; if so they start at `_pos` of `_buf`."""
         if len(self._buf) - self._pos >= n:
             return True
-        if self._held() < n:
+        if self.buffered() < n:
             return False
         self._buf = b"".join([self._buf[self._pos :], *self._more])
         self._pos, self._more, self._more_bytes = 0, [], 0
@@ -88,7 +98,7 @@ class FrameCutter:
 
     def check_ended(self) -> None:
         """At the end of the stream: FrameError if it stopped inside a frame."""
-        held = self._held()
+        held = self.buffered()
         if not held:
             return
         if held < HEAD_BYTES:

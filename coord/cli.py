@@ -10,55 +10,90 @@ import click
 from google.protobuf.json_format import MessageToDict
 
 from streamwal import logs
+from streamwal.cli import LOG_LEVEL, SECONDS, Address, check_address
+
+
+class _Nodes(click.ParamType):
+    """ID=HOST:PORT[,...]: ids 0 and up, each address HOST:PORT with a port 1..65535."""
+
+    name = "id=host:port,..."
+
+    def convert(self, value, param, ctx) -> str:
+        parts = [p.strip() for p in str(value).split(",") if p.strip()]
+        if not parts:
+            self.fail("name at least one node as ID=HOST:PORT", param, ctx)
+        for part in parts:
+            node_id, sep, address = part.partition("=")
+            if not sep or not (node_id.isascii() and node_id.isdigit()):
+                self.fail(f"{part!r} is not ID=HOST:PORT with a numeric id", param, ctx)
+            try:
+                check_address(address)
+            except ValueError as exc:
+                self.fail(f"node {node_id}: {exc}", param, ctx)
+        return str(value)
 
 
 @click.command("coord")
-@click.option("--listen", default="127.0.0.1:19500", show_default=True, help="gRPC HOST:PORT.")
 @click.option(
-    "--meta-dir", required=True, type=click.Path(file_okay=False), help="Meta store folder."
+    "--listen",
+    default="127.0.0.1:19500",
+    show_default=True,
+    type=Address(listen=True),
+    help="gRPC HOST:PORT.",
 )
-@click.option("--nodes", required=True, help="Streaming nodes: ID=HOST:PORT[,...].")
-@click.option("--metrics", default=None, help="Serve Prometheus metrics on HOST:PORT.")
+@click.option(
+    "--meta-dir",
+    required=True,
+    type=click.Path(file_okay=False, writable=True),
+    help="Meta store folder.",
+)
+@click.option("--nodes", required=True, type=_Nodes(), help="Streaming nodes: ID=HOST:PORT[,...].")
+@click.option(
+    "--metrics",
+    default=None,
+    type=Address(listen=True),
+    help="Serve Prometheus metrics on HOST:PORT.",
+)
 @click.option(
     "--probe-interval",
     default=0.5,
     show_default=True,
-    type=float,
+    type=SECONDS,
     help="Seconds between probes of a node.",
 )
 @click.option(
     "--grace",
     default=1.5,
     show_default=True,
-    type=float,
+    type=SECONDS,
     help="Seconds without an answer before a node is lost.",
 )
 @click.option(
     "--max-moves",
     default=1,
     show_default=True,
-    type=int,
-    help="Rebalance: pchannels moved per round at most.",
+    type=click.IntRange(0, 1_000_000),
+    help="Rebalance: pchannels moved per round at most (0: no rebalancing).",
 )
 @click.option(
     "--tolerance",
     default=1,
     show_default=True,
-    type=int,
+    type=click.IntRange(0, 1_000_000),
     help="Rebalance only when loads differ by more than this.",
 )
 @click.option(
     "--rebalance-interval",
     default=30.0,
     show_default=True,
-    type=float,
+    type=click.FloatRange(0.1, 86_400.0),
     help="Seconds between rebalance rounds.",
 )
 @click.option(
     "--max-clock-offset",
     default=0.5,
     show_default=True,
-    type=float,
+    type=click.FloatRange(0.001, 3600.0),
     help="Seconds a node's wall clock may differ from the coord's; a node farther off "
     "leads nothing (its leaderships move, it is warned about and exported as a metric), "
     "so time ticks never run ahead of real time by more than this.",
@@ -69,7 +104,7 @@ from streamwal import logs
     help="Start even though pchannel records the meta store once had are gone (deleted "
     "files): those pchannels are dropped for good. Without it the coord refuses to start.",
 )
-@click.option("--log-level", default="info", show_default=True)
+@LOG_LEVEL
 def coord(
     listen: str,
     meta_dir: str,
@@ -111,8 +146,19 @@ def channel() -> None:
 
 
 _COORD = click.option(
-    "--coord", "address", default="127.0.0.1:19500", show_default=True, help="Coord gRPC HOST:PORT."
+    "--coord",
+    "address",
+    default="127.0.0.1:19500",
+    show_default=True,
+    type=Address(),
+    help="Coord gRPC HOST:PORT.",
 )
+
+
+def _odd_replicas(_ctx, _param, value: int) -> int:
+    if value % 2 == 0:
+        raise click.BadParameter(f"{value} is even: a replica set has an odd size (1, 3, 5, 7, 9)")
+    return value
 
 
 def _call(address: str, method: str, request):
@@ -136,7 +182,13 @@ def _call(address: str, method: str, request):
 
 @channel.command("create")
 @_COORD
-@click.option("--count", default=1, show_default=True, type=int, help="How many pchannels.")
+@click.option(
+    "--count",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 10_000),
+    help="How many pchannels.",
+)
 @click.option("--prefix", default="", help="Names are PREFIX_N (default pchannel_N).")
 @click.option("--role", default="cli", show_default=True, help="Owner role.")
 @click.option("--description", default="", help="Owner description text.")
@@ -144,7 +196,8 @@ def _call(address: str, method: str, request):
     "--replicas",
     default=1,
     show_default=True,
-    type=int,
+    type=click.IntRange(1, 9),
+    callback=_odd_replicas,
     help="Copies of each log on distinct nodes (odd: 1, 3, 5, 7, 9); producers are "
     "acknowledged once a majority stored a message.",
 )

@@ -1,23 +1,63 @@
-"""`streamwal node`: run a streaming node."""
+"""`streamwal node`: run a streaming node.
+
+Every flag (and its STREAMWAL_NODE_* variable) is checked by its click type before the
+node starts: a bad value is one line and exit status 2, never a traceback or a silent
+surprise (a port over 65535, a zero interval that spins a core). docs/limits.md lists
+the limits.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import os
 
 import click
 
 from streamwal import logs
+from streamwal.cli import LOG_LEVEL, Address, Duration, Size
 from streamwal.node.config import NodeConfig
-from streamwal.units import parse_duration_ms, parse_size
+
+KIB, MIB, GIB = 1024, 1024**2, 1024**3
+DAY = 86_400.0
+# gRPC takes its limits as 32-bit ints (bytes, milliseconds)
+MAX_GRPC_INT = 2**31 - 1
+COUNT = click.IntRange(1, 10_000_000)
+
+
+class _ProduceListen(Address):
+    name = "auto|off|host:port"
+
+    def convert(self, value, param, ctx) -> str:
+        return value if value in ("auto", "off") else super().convert(value, param, ctx)
 
 
 @click.command("node")
-@click.option("--listen", default="127.0.0.1:19530", show_default=True, help="gRPC HOST:PORT.")
-@click.option("--data-dir", required=True, type=click.Path(file_okay=False), help="RocksDB folder.")
 @click.option(
-    "--node-id", default=1, show_default=True, type=int, help="Server id reported to coord."
+    "--listen",
+    default="127.0.0.1:19530",
+    show_default=True,
+    type=Address(listen=True),
+    help="gRPC HOST:PORT (port 0: any free port, see --port-file).",
 )
-@click.option("--metrics", default=None, help="Serve Prometheus metrics on HOST:PORT.")
+@click.option(
+    "--data-dir",
+    required=True,
+    type=click.Path(file_okay=False, writable=True),
+    help="RocksDB folder.",
+)
+@click.option(
+    "--node-id",
+    default=1,
+    show_default=True,
+    type=click.IntRange(0, 2**63 - 1),
+    help="Server id reported to coord.",
+)
+@click.option(
+    "--metrics",
+    default=None,
+    type=Address(listen=True),
+    help="Serve Prometheus metrics on HOST:PORT.",
+)
 @click.option(
     "--durability",
     type=click.Choice(["sync", "async"]),
@@ -30,6 +70,7 @@ from streamwal.units import parse_duration_ms, parse_size
     "--wal-prewarm",
     default="64MiB",
     show_default=True,
+    type=Size(0, 16 * GIB),
     help="On a new data dir with sync durability, write and drop this much filler once "
     "(~0.3 s) so the first appends overwrite a recycled WAL file: lower fsync latency "
     "from the first message (0: off).",
@@ -43,29 +84,46 @@ from streamwal.units import parse_duration_ms, parse_size
     "node compactions yield to the loop answering producers (lower tail latency after "
     "bursts); normal: the node's own priority (compactions keep pace on a saturated node).",
 )
-@click.option("--max-message-size", default="4MiB", show_default=True, help="Largest message.")
 @click.option(
-    "--time-tick-interval", default="200ms", show_default=True, help="Idle time-tick period."
+    "--max-message-size",
+    default="4MiB",
+    show_default=True,
+    type=Size(1, GIB),
+    help="Largest message (below --max-frame-size).",
 )
 @click.option(
-    "--retention-age", default="0", show_default=True, help="Default max age, e.g. 7d (0: forever)."
+    "--time-tick-interval",
+    default="200ms",
+    show_default=True,
+    type=Duration(0.01, 3600),
+    help="Idle time-tick period.",
+)
+@click.option(
+    "--retention-age",
+    default="0",
+    show_default=True,
+    type=Duration(0, 36_500 * DAY),
+    help="Default max age, e.g. 7d (0: forever).",
 )
 @click.option(
     "--retention-size",
     default="0",
     show_default=True,
+    type=Size(0, 2**62),
     help="Default max bytes per pchannel, e.g. 10GiB (0: unlimited).",
 )
 @click.option(
     "--retention-check-interval",
     default="5s",
     show_default=True,
+    type=Duration(0.1, DAY),
     help="How often retention bounds are applied.",
 )
 @click.option(
     "--producer-idle",
     default="10m",
     show_default=True,
+    type=Duration(0.01, 365 * DAY),
     help="An idempotent producer's state leaves memory after this long unused (checked "
     "with retention); its window stays on disk and is read again if it returns.",
 )
@@ -73,24 +131,116 @@ from streamwal.units import parse_duration_ms, parse_size
     "--producer-window",
     default="64MiB",
     show_default=True,
+    type=Size(64 * KIB, 16 * GIB),
     help="Bytes one producer may have awaiting their acknowledgement; beyond it the node "
     "stops reading that producer's stream until acks free room (TCP slows the producer).",
+)
+@click.option(
+    "--max-pending-answers",
+    default=4096,
+    show_default=True,
+    type=COUNT,
+    help="Answers one producer may have waiting to be written (a producer that does not "
+    "read them); beyond it the node stops reading that producer's stream.",
 )
 @click.option(
     "--txn-keepalive",
     default="10s",
     show_default=True,
+    type=Duration(0.001, 7 * DAY),
     help="A txn without an append for this long expires (rolled back); clients may set "
-    "their own per txn.",
+    "their own per txn, up to --txn-max-keepalive.",
 )
-@click.option("--txn-max-bytes", default="16MiB", show_default=True, help="Buffered bytes per txn.")
 @click.option(
-    "--txn-max-open", default=1024, show_default=True, type=int, help="Open txns per node."
+    "--txn-max-keepalive",
+    default="10m",
+    show_default=True,
+    type=Duration(0.001, 7 * DAY),
+    help="The longest keepalive a client may ask for a txn.",
+)
+@click.option(
+    "--txn-max-bytes",
+    default="16MiB",
+    show_default=True,
+    type=Size(KIB, 16 * GIB),
+    help="Buffered bytes per txn.",
+)
+@click.option(
+    "--txn-max-open", default=1024, show_default=True, type=COUNT, help="Open txns per node."
+)
+@click.option(
+    "--txn-max-open-per-stream",
+    default=64,
+    show_default=True,
+    type=COUNT,
+    help="Open txns per producer stream (one stream cannot take the node's all).",
+)
+@click.option(
+    "--max-connections",
+    default=4096,
+    show_default=True,
+    type=click.IntRange(1, 1_000_000),
+    help="Connections per listener (gRPC, produce port); the node raises its open-file "
+    "limit to hold both.",
+)
+@click.option(
+    "--max-connections-per-peer",
+    default=1024,
+    show_default=True,
+    type=click.IntRange(1, 1_000_000),
+    help="Connections from one peer address per listener (gRPC: connections with calls).",
+)
+@click.option(
+    "--max-streams",
+    default=16384,
+    show_default=True,
+    type=COUNT,
+    help="gRPC calls open at once, all connections together.",
+)
+@click.option(
+    "--max-streams-per-connection",
+    default=1024,
+    show_default=True,
+    type=COUNT,
+    help="gRPC calls open at once on one connection.",
+)
+@click.option(
+    "--max-frame-size",
+    default="16MiB",
+    show_default=True,
+    type=Size(64 * KIB, MAX_GRPC_INT),
+    help="Largest request: a gRPC message or a produce-port frame (a batch of messages); "
+    "refused from its length, before its body is read.",
+)
+@click.option(
+    "--max-receive-buffer",
+    default="64MiB",
+    show_default=True,
+    type=Size(64 * KIB, 64 * GIB),
+    help="Bytes of produce-port frames still arriving, all connections together (at "
+    "least --max-frame-size); a frame that would go over it is refused.",
+)
+@click.option(
+    "--header-timeout",
+    default="10s",
+    show_default=True,
+    type=Duration(0.01, 3600),
+    help="A new connection's handshake (gRPC) or producer header (produce port) must "
+    "arrive within this.",
+)
+@click.option(
+    "--idle-timeout",
+    default="10m",
+    show_default=True,
+    type=Duration(0.1, 7 * DAY),
+    help="Close a connection idle this long: gRPC without calls, produce port with "
+    "nothing received or answered.",
 )
 @click.option(
     "--startup-verify",
     default="5s",
     show_default=True,
+    type=Duration(0, 86_400),
     help="Before serving, read back (checksums) what earlier runs wrote for at most this "
     "long; the rest is verified in the background. Damage found before serving is salvaged "
     "at once; found later, at the next start.",
@@ -99,6 +249,7 @@ from streamwal.units import parse_duration_ms, parse_size
     "--quorum-lease",
     default="1s",
     show_default=True,
+    type=Duration(0.01, 3600),
     help="A replicated pchannel's leader that heard from no majority of its replicas for "
     "this long reports itself unhealthy, and the coord moves the leadership (a leader cut "
     "off from its followers). Followers are heard at least every --time-tick-interval.",
@@ -107,6 +258,7 @@ from streamwal.units import parse_duration_ms, parse_size
     "--produce-listen",
     default="auto",
     show_default=True,
+    type=_ProduceListen(listen=True),
     help="The produce port (Produce over plain TCP frames, lower latency than gRPC): "
     "HOST:PORT, 'auto' (the --listen host, any free port; clients learn it from the node), "
     "or 'off'. Always off when TLS is configured.",
@@ -114,61 +266,72 @@ from streamwal.units import parse_duration_ms, parse_size
 @click.option(
     "--port-file",
     default=None,
+    type=click.Path(dir_okay=False, writable=True),
     help="Write the bound port here once serving (for --listen HOST:0).",
 )
-@click.option("--log-level", default="info", show_default=True)
-def node(
-    listen: str,
-    data_dir: str,
-    node_id: int,
-    metrics: str | None,
-    durability: str,
-    wal_prewarm: str,
-    compaction_priority: str,
-    max_message_size: str,
-    time_tick_interval: str,
-    retention_age: str,
-    retention_size: str,
-    retention_check_interval: str,
-    producer_idle: str,
-    producer_window: str,
-    txn_keepalive: str,
-    txn_max_bytes: str,
-    txn_max_open: int,
-    startup_verify: str,
-    quorum_lease: str,
-    produce_listen: str,
-    port_file: str | None,
-    log_level: str,
-) -> None:
+@LOG_LEVEL
+def node(log_level: str, **flags) -> None:
     """Run a streaming node: a durable WAL of pchannels served over gRPC."""
-    from streamwal.node.server import NodeServer
+    config = _config(**flags)
+    from streamwal.node.server import NodeServer, StartupError
 
     logs.configure(log_level)
+    try:
+        _run(NodeServer(config).serve_forever())
+    except StartupError as err:
+        raise click.ClickException(str(err)) from None
+
+
+def _config(
+    produce_listen: str,
+    wal_prewarm: int,
+    max_message_size: int,
+    time_tick_interval: float,
+    retention_age: float,
+    retention_size: int,
+    retention_check_interval: float,
+    producer_idle: float,
+    producer_window: int,
+    txn_keepalive: float,
+    txn_max_keepalive: float,
+    max_frame_size: int,
+    max_receive_buffer: int,
+    header_timeout: float,
+    idle_timeout: float,
+    quorum_lease: float,
+    startup_verify: float,
+    **same,
+) -> NodeConfig:
+    """The NodeConfig the flags ask for; a click error (exit status 2) when they do not
+    fit together."""
+    port_file = same.get("port_file")
+    if port_file and not os.path.isdir(os.path.dirname(os.path.abspath(port_file))):
+        raise click.BadParameter("its folder does not exist", param_hint="--port-file")
     config = NodeConfig(
-        listen=listen,
-        data_dir=data_dir,
-        node_id=node_id,
-        metrics=metrics,
-        durability=durability,
-        wal_prewarm_bytes=parse_size(wal_prewarm),
-        compaction_priority=compaction_priority,
-        max_message_bytes=parse_size(max_message_size),
-        time_tick_interval_s=parse_duration_ms(time_tick_interval) / 1000,
-        default_retention_age_ms=parse_duration_ms(retention_age),
-        default_retention_bytes=parse_size(retention_size),
-        retention_check_interval_s=parse_duration_ms(retention_check_interval) / 1000,
-        producer_idle_s=parse_duration_ms(producer_idle) / 1000,
-        max_inflight_bytes_per_producer=parse_size(producer_window),
-        txn_keepalive_s=parse_duration_ms(txn_keepalive) / 1000,
-        txn_max_bytes=parse_size(txn_max_bytes),
-        txn_max_open=txn_max_open,
-        startup_verify_s=parse_duration_ms(startup_verify) / 1000,
-        quorum_lease_s=parse_duration_ms(quorum_lease) / 1000,
         produce_listen=produce_listen,
-        port_file=port_file,
+        wal_prewarm_bytes=wal_prewarm,
+        max_message_bytes=max_message_size,
+        time_tick_interval_s=time_tick_interval,
+        default_retention_age_ms=round(retention_age * 1000),
+        default_retention_bytes=retention_size,
+        retention_check_interval_s=retention_check_interval,
+        producer_idle_s=producer_idle,
+        max_inflight_bytes_per_producer=producer_window,
+        txn_keepalive_s=txn_keepalive,
+        txn_max_keepalive_s=txn_max_keepalive,
+        max_frame_bytes=max_frame_size,
+        max_receive_buffer_bytes=max_receive_buffer,
+        header_timeout_s=header_timeout,
+        idle_timeout_s=idle_timeout,
+        quorum_lease_s=quorum_lease,
+        startup_verify_s=startup_verify,
+        **same,
     )
-    _run(NodeServer(config).serve_forever())
+    try:
+        config.check()
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    return config
 
 
 def _run(coro) -> None:

@@ -52,6 +52,7 @@ class InlineRule:
 
 class Item(Protocol):
     future: asyncio.Future
+    channel: Any  # what the item writes to: a group that cannot be prepared is split by it
 
 
 class GroupCommitter:
@@ -123,7 +124,11 @@ class GroupCommitter:
         self._writing = True
         self._idle.clear()
         wb = self._store.new_batch()
-        self._prepare(group, wb)
+        try:
+            self._prepare(group, wb)
+        except Exception:
+            self._write_apart(group)
+            return
         started = time.perf_counter()
         if self._rule.inline(started, wb.size_in_bytes(), self._contended):
             try:
@@ -136,6 +141,28 @@ class GroupCommitter:
         write = self._loop.run_in_executor(None, self._store.write, wb)
         write.add_done_callback(lambda f: self._written(f.exception(), group, started))
 
+    def _write_apart(self, group: list[Any]) -> None:
+        """A group whose items could not be prepared together (one item out of range, a
+        bug): each channel's items are prepared and written on their own, on the loop, so
+        only the channel whose items fail is failed, with its items queued behind them
+        (they hold later offsets), and the other channels of the group commit."""
+        parts: dict[int, list[Any]] = {}
+        for item in group:
+            parts.setdefault(id(item.channel), []).append(item)
+        for part in parts.values():
+            wb = self._store.new_batch()
+            try:
+                self._prepare(part, wb)
+                self._store.write(wb)
+            except Exception as exc:
+                channel = part[0].channel
+                behind = [i for i in self._pending if i.channel is channel]
+                self._pending = [i for i in self._pending if i.channel is not channel]
+                self._on_failed(part + behind, exc)
+            else:
+                self._on_committed(part)
+        self._next()
+
     def _written(self, exc: BaseException | None, group: list[Any], started: float) -> None:
         if exc is not None:  # disk full, I/O error: nothing of the group landed
             # Items queued behind the group hold later offsets; writing them would
@@ -147,6 +174,10 @@ class GroupCommitter:
             self._rule.observe(done, done - started)
             self._observe_write(done - started)
             self._on_committed(group)
+        self._next()
+
+    def _next(self) -> None:
+        """A write is over: start the next group, or be idle."""
         self._writing = False
         self._contended = bool(self._pending)
         if self._pending:

@@ -92,6 +92,21 @@ class NodeMetrics:
             registry=r,
         )
 
+        self.limit_exceeded = Counter(
+            "streamwal_limit_exceeded",
+            "Refusals (RESOURCE_EXHAUSTED) and slowed producers by one of the node's limits, "
+            "named as in docs/limits.md",
+            ["limit"],
+            registry=r,
+        )
+
+    def watch_limits(
+        self, configured: dict[str, float], usage: Callable[[], dict[str, float]]
+    ) -> None:
+        """Export every limit's configured value and, where it counts something held
+        (connections, streams, buffered bytes, txns), how much is held at scrape time."""
+        self.registry.register(_LimitCollector(configured, usage))
+
     def appended(self, pchannel: str) -> list[int]:
         """[messages, record bytes] appended to `pchannel`: add to them in place."""
         totals = self._appended.get(pchannel)
@@ -193,3 +208,23 @@ class _AppendCollector(Collector):
         yield size
         yield m.append_latency.metric()
         yield m.fsync_latency.metric()
+
+
+class _LimitCollector(Collector):
+    def __init__(self, configured: dict[str, float], usage: Callable[[], dict[str, float]]):
+        self._configured = configured
+        self._usage = usage
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        limit = GaugeMetricFamily(
+            "streamwal_limit", "A limit's configured value (docs/limits.md)", labels=["limit"]
+        )
+        for name, value in self._configured.items():
+            limit.add_metric([name], value)
+        used = GaugeMetricFamily(
+            "streamwal_limit_usage", "What a limit counts, held now", labels=["limit"]
+        )
+        for name, value in self._usage().items():
+            used.add_metric([name], value)
+        yield limit
+        yield used

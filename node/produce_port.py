@@ -8,22 +8,34 @@ machine (docs/decisions.md). For the same reason a connection is a protocol that
 frames in `data_received` and hands each request to the stream there, not a reader
 task woken per frame. With TLS configured the port stays closed: it has no transport
 security of its own, and producers then use gRPC.
+
+Its limits (node/limits.py): connections in total and per peer address (a connection
+over them gets its RESOURCE_EXHAUSTED and is closed at once), the largest frame (refused
+from its header, before any of its body is read), the bytes of frames still arriving on
+all connections together, a new connection's header timeout and every connection's idle
+timeout (checked by one watcher task; a frame handed over or an answer written is
+progress; an idle producer's stream is closed cleanly, the others are refused). The
+stream's own window (bytes and answers in flight) pauses reading.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 from google.protobuf.message import DecodeError
 
 from streamwal import wire
 from streamwal.errors import InvalidArgument, OnShutdown, StreamingError
+from streamwal.node.config import NodeConfig
+from streamwal.node.limits import LimitExceeded, PeerCounts, ReceiveBuffer
 from streamwal.node.produce_stream import Answer, Malformed, ProduceStream, PushedRequests
 from streamwal.proto import streaming_pb2 as pb
 
 log = logging.getLogger("streamwal.node.produce_port")
+
+CLOSE_GRACE_S = 1.0  # a refused connection's last frames get this long to go out
+BACKLOG = 1024  # connections the kernel queues for accept (asyncio's default is 100)
 
 
 def _answer_frame(response: Answer) -> bytes:
@@ -51,18 +63,32 @@ class _Connection(wire.FramedProtocol, PushedRequests):
     """
 
     def __init__(self, port: ProducePort) -> None:
-        super().__init__(port.limit)
+        super().__init__(port.config.max_frame_bytes)
         self._port = port
-        self._header: asyncio.Future = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        self._header: asyncio.Future = loop.create_future()
         self._stream: ProduceStream | None = None
         self._done = False  # the stream ended or the input did: hand over nothing more
         self._eof = False
         self._space_task: asyncio.Task | None = None
+        self._closing = False  # our side is closed (or closing): nothing more is written
+        self._refused = False
+        self.peer = ""  # the peer's address, once counted against the connection limits
+        self.opened_at = loop.time()
+        self.progress = 0  # frames handed over and answers written: the idle watch
+        self.charged = 0  # bytes held in the cutter, charged to the port's receive buffer
 
     # -- asyncio.Protocol ------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
+        peer = transport.get_extra_info("peername")
+        try:
+            self._port.admit(self, str(peer[0]) if isinstance(peer, tuple) else str(peer))
+        except LimitExceeded as err:
+            self._done = True
+            self.refuse(err)
+            return
         self._port.opened(asyncio.ensure_future(self._serve()))
 
     def data_received(self, data: bytes) -> None:
@@ -74,12 +100,15 @@ class _Connection(wire.FramedProtocol, PushedRequests):
     def eof_received(self) -> bool:
         self._eof = True
         self._pump()
-        return True  # keep our side open: answers (and an error) may still be due
+        # Keep our side open while answers (and an error) may still be due; once ours is
+        # closed too (`close`), the connection is over.
+        return not self._closing
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
         self._eof = True
         self._pump()
+        self._port.closed(self)
 
     # -- PushedRequests --------------------------------------------------------------
 
@@ -103,29 +132,49 @@ class _Connection(wire.FramedProtocol, PushedRequests):
                 got = self.cutter.next()
                 if got is None and self._eof:
                     self.cutter.check_ended()
+            except wire.FrameTooLarge as exc:
+                self._take_error(
+                    LimitExceeded("frame_size", f"a frame of {exc.length} bytes is over the limit")
+                )
+                break
             except wire.FrameError as exc:
-                self._take_error(exc)
+                self._take_error(InvalidArgument(f"malformed produce port frame: {exc}"))
                 break
             if got is None:
                 if self._eof:
                     self._take_end()
                 break
             self._take(*got)
+        held = self.cutter.buffered() if not self._done else 0
+        if held != self.charged:
+            if self._port.buffer.resize(self.charged, held):
+                self.charged = held
+            else:
+                self._take_error(
+                    LimitExceeded(
+                        "receive_buffer",
+                        f"the node holds {self._port.buffer.used} bytes of frames still "
+                        "arriving, its limit",
+                    )
+                )
         self._flow()
 
     def _take(self, kind: int, body: bytes) -> None:
+        self.progress += 1
         if self._stream is None:
             self._header.set_result((kind, body))
         elif not self._stream.receive(_request(kind, body)):
             self._done = True
 
-    def _take_error(self, exc: wire.FrameError) -> None:
+    def _take_error(self, err: StreamingError) -> None:
+        """End the stream (or refuse the header) with `err`; read nothing more."""
         self._done = True
+        self._port.service.count_limit(err)
         if self._stream is None:
             if not self._header.done():
-                self._header.set_exception(exc)
+                self._header.set_exception(err)
         else:
-            self._stream.receive(Malformed("produce port", exc))
+            self._stream.fail(err)
 
     def _take_end(self) -> None:
         self._done = True
@@ -139,6 +188,7 @@ class _Connection(wire.FramedProtocol, PushedRequests):
         held = not self._done and self._held()
         self.hold_reading(held)
         if held and not self.lost and self._stream is not None and self._space_task is None:
+            self._port.service.count_limit(self._stream.full_limit)
             self._space_task = asyncio.ensure_future(self._await_space(self._stream))
 
     async def _await_space(self, stream: ProduceStream) -> None:
@@ -151,20 +201,84 @@ class _Connection(wire.FramedProtocol, PushedRequests):
     # -- answers out ----------------------------------------------------------------
 
     async def write(self, response: Answer) -> None:
+        if self._closing:
+            raise ConnectionResetError("the connection is closing")
         self.transport.write(_answer_frame(response))
         await self.drain()
+        self.progress += 1
 
     def write_now(self, response: Answer) -> bool:
-        if not self.can_write_now():
+        if self._closing or not self.can_write_now():
             return False  # a slow reader's backlog: `write` waits for it to drain
         self.transport.write(_answer_frame(response))
+        self.progress += 1
         return True
 
     async def abort(self, err: StreamingError) -> None:
-        self.transport.write(wire.frame(wire.ERROR, err.to_proto().SerializeToString()))
-        with contextlib.suppress(ConnectionError):
-            await self.drain()
-        self.transport.close()
+        if not self._closing:
+            self.transport.write(wire.frame(wire.ERROR, err.to_proto().SerializeToString()))
+        self.close()
+
+    def refuse(self, err: StreamingError) -> None:
+        """Send `err` and close, whatever the stream is doing (a limit was reached); the
+        connection is gone CLOSE_GRACE_S later at most."""
+        self._port.service.count_limit(err)
+        self._refused = True
+        if not self._closing:
+            self.transport.write(wire.frame(wire.ERROR, err.to_proto().SerializeToString()))
+        self.close()
+        asyncio.get_running_loop().call_later(CLOSE_GRACE_S, self.transport.abort)
+
+    def close(self) -> None:
+        """Close our side once what is written went out, and read (and drop) what the peer
+        still sends until it closes too: closing a socket with unread input resets the
+        connection, and the peer can lose our last frames (an error) with it. A peer that
+        never closes is cut by the idle watch."""
+        if self._closing:
+            return
+        self._closing = self._done = True
+        self.hold_reading(False)
+        if self._eof or not self.transport.can_write_eof():
+            self.transport.close()
+        else:
+            self.transport.write_eof()
+
+    def check_timeouts(self, now: float, seen: int, quiet_since: float) -> float:
+        """Refuse the connection if it is past its header or idle timeout; returns since
+        when it has been quiet (`seen`, `quiet_since`: its progress at the last check)."""
+        cfg = self._port.config
+        if self._refused:
+            return quiet_since
+        if self.progress == 0 and now - self.opened_at > cfg.header_timeout_s:
+            self.refuse(
+                LimitExceeded(
+                    "header_timeout", f"no producer header within {cfg.header_timeout_s:g} s"
+                )
+            )
+        elif self.progress != seen:
+            return now
+        elif now - quiet_since > cfg.idle_timeout_s:
+            if self._stream is not None and not self._done:
+                self._close_idle_stream(self._stream)
+            else:
+                self.refuse(
+                    LimitExceeded(
+                        "idle_timeout",
+                        f"nothing received or answered for {cfg.idle_timeout_s:g} s: closed",
+                    )
+                )
+        return quiet_since
+
+    def _close_idle_stream(self, stream: ProduceStream) -> None:
+        """An idle producer is closed as a node closes streams when it stops: with a clean
+        close answer, which producers take as "open another stream" on their next send
+        (a RESOURCE_EXHAUSTED would be final to a rerouting producer, and an idle one did
+        nothing wrong). Cut CLOSE_GRACE_S later if it does not take the answer."""
+        self._port.service.count_limit("idle_timeout")
+        self._refused = self._done = True
+        log.debug("idle producer closed", extra={"peer": self.peer})
+        stream.close()
+        asyncio.get_running_loop().call_later(CLOSE_GRACE_S, self.transport.abort)
 
     # -- the stream -----------------------------------------------------------------
 
@@ -183,13 +297,13 @@ class _Connection(wire.FramedProtocol, PushedRequests):
             self._done = True
             if self._space_task is not None:
                 self._space_task.cancel()
-            self.transport.close()
+            self.close()
 
     async def _read_header(self) -> pb.CreateProducerRequest | None:
         try:
             got = await self._header
-        except wire.FrameError as exc:
-            await self.abort(InvalidArgument(f"malformed produce port frame: {exc}"))
+        except StreamingError as err:
+            await self.abort(err)
             return None
         if got is None:
             return None
@@ -212,25 +326,62 @@ class _Connection(wire.FramedProtocol, PushedRequests):
 class ProducePort:
     """Listens next to the gRPC server; every connection is one Produce stream."""
 
-    def __init__(self, service, frame_limit: int) -> None:
+    def __init__(self, service, config: NodeConfig) -> None:
         self.service = service
-        self.limit = frame_limit
+        self.config = config
+        self.counts = PeerCounts(
+            config.max_connections,
+            config.max_connections_per_peer,
+            "connections",
+            "connections_per_peer",
+            "produce-port connections",
+        )
+        self.buffer = ReceiveBuffer(config.max_receive_buffer_bytes)
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task] = set()
+        # every counted connection -> (its progress, since when it has not moved)
+        self._open: dict[_Connection, tuple[int, float]] = {}
+        self._watcher: asyncio.Task | None = None
         self.stopping = False
         self.port = 0
 
     async def start(self, host: str, port: int) -> int:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: _Connection(self), host, port, reuse_address=True
+            lambda: _Connection(self), host, port, reuse_address=True, backlog=BACKLOG
         )
         self.port = self._server.sockets[0].getsockname()[1]
+        self._watcher = asyncio.ensure_future(self._watch())
         return self.port
+
+    def admit(self, conn: _Connection, peer: str) -> None:
+        self.counts.admit(peer)
+        conn.peer = peer
+        self._open[conn] = (0, conn.opened_at)
+
+    def closed(self, conn: _Connection) -> None:
+        if self._open.pop(conn, None) is not None:
+            self.counts.release(conn.peer)
+        self.buffer.resize(conn.charged, 0)
+        conn.charged = 0
 
     def opened(self, task: asyncio.Task) -> None:
         self._connections.add(task)
         task.add_done_callback(self._connections.discard)
+
+    async def _watch(self) -> None:
+        """Every connection's header and idle timeouts, checked a few times per timeout."""
+        cfg = self.config
+        period = min(max(min(cfg.header_timeout_s, cfg.idle_timeout_s) / 4, 0.05), 5.0)
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(period)
+            now = loop.time()
+            for conn, (seen, since) in list(self._open.items()):
+                if conn in self._open and not conn.lost:
+                    quiet = conn.check_timeouts(now, seen, since)
+                    if conn in self._open:
+                        self._open[conn] = (conn.progress, quiet)
 
     async def stop(self, grace: float) -> None:
         """Stop accepting; give open streams `grace` seconds to finish, then cut them."""
@@ -238,6 +389,8 @@ class ProducePort:
             return
         self.stopping = True
         self._server.close()
+        if self._watcher is not None:
+            self._watcher.cancel()
         if self._connections:
             _, late = await asyncio.wait(self._connections, timeout=grace)
             for task in late:

@@ -12,11 +12,9 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Protocol
 
-from google.protobuf.message import DecodeError
-
 from streamwal.errors import Inner, InvalidArgument, StreamingError
 from streamwal.ids import encode_offset
-from streamwal.node import txn_ops
+from streamwal.node import txn_ops, validation
 from streamwal.node.channel import Channel
 from streamwal.node.wal import Resent
 from streamwal.proto import streaming_pb2 as pb
@@ -37,6 +35,7 @@ class Malformed:
 
 # A ProduceResponse, or one already serialized (the hot path's answers are hand-encoded).
 Answer = pb.ProduceResponse | bytes
+_PONG = pb.ProduceResponse(pong=pb.ProducePong()).SerializeToString()
 
 
 class ProduceSink(Protocol):
@@ -103,6 +102,7 @@ class ProduceStream:
                 item = await self.out.get()
                 if isinstance(item, (bytes, pb.ProduceResponse)):
                     self.outstanding -= 1
+                    self.space.set()
                     await self.sink.write(item)
                 else:
                     closing = item
@@ -121,6 +121,8 @@ class ProduceStream:
             async for req in self.requests:
                 if not self.receive(req):
                     return
+                if self.window_full:
+                    self.svc.count_limit(self.full_limit)
                 while self.window_full:
                     self.space.clear()
                     await self.space.wait()
@@ -140,30 +142,60 @@ class ProduceStream:
             self._end(InvalidArgument(req.reason))
             return False
         kind = req.WhichOneof("request")
-        if kind == "produce_batch":
-            self._batch(req.produce_batch)
-        elif kind == "produce":
-            self._single(req.produce)
-        elif kind == "txn":
-            txn_ops.handle(self, req.txn)
-        elif kind == "close":
-            self._end(True)
-            return False
-        else:
-            self._end(InvalidArgument("empty ProduceRequest"))
+        try:
+            if kind == "produce_batch":
+                self._batch(req.produce_batch)
+            elif kind == "produce":
+                self._single(req.produce)
+            elif kind == "txn":
+                txn_ops.handle(self, req.txn)
+            elif kind == "ping":  # the producer checks that this node still answers
+                self.outstanding += 1
+                self.answer(_PONG)
+            elif kind == "close":
+                self._end(True)
+                return False
+            else:
+                self._end(InvalidArgument("empty ProduceRequest"))
+                return False
+        except Exception as exc:  # a bug: end this stream with an error, never silently
+            log.exception("produce request failed", extra={"pchannel": self.ch.name})
+            self._end(Inner(f"the node failed on a {kind} request: {exc!r}"))
             return False
         return True
 
     @property
     def window_full(self) -> bool:
-        """Over the in-flight byte budget: the transport should stop reading (`space` is
-        set as answers free it)."""
-        return self.inflight_bytes > self.svc.max_inflight
+        """Over the in-flight bytes, or over the answers waiting to be written (a producer
+        that does not read them): the transport should stop reading (`space` is set as
+        answers free it)."""
+        return (
+            self.inflight_bytes > self.svc.max_inflight
+            or self.outstanding >= self.svc.max_pending_answers
+        )
+
+    @property
+    def full_limit(self) -> str:
+        """Which limit a full window is at (node/limits.py)."""
+        return (
+            "producer_window" if self.inflight_bytes > self.svc.max_inflight else "pending_answers"
+        )
 
     def finish(self) -> None:
         """The producer sent nothing more (half-close, or the connection is gone)."""
         if not self.ending:
             self._end(False)
+
+    def close(self) -> None:
+        """The transport closes the stream as a close request would (answered with a
+        close): an idle producer's stream on the produce port."""
+        if not self.ending:
+            self._end(True)
+
+    def fail(self, err: StreamingError) -> None:
+        """The transport ends the stream with `err` (a limit, a broken frame)."""
+        if not self.ending:
+            self._end(err)
 
     def _end(self, item: StreamingError | bool) -> None:
         self.ending = True
@@ -250,7 +282,7 @@ class ProduceStream:
             )
 
         try:
-            count = self._check_batch(req.messages)
+            count = len(validation.batch(req.messages, self.svc.max_message_bytes).messages)
         except StreamingError as err:
             self.outstanding += 1
             self.answer(fail(err))
@@ -264,24 +296,6 @@ class ProduceStream:
         )
         self._submit(req.messages, count, respond, fail, producer, req.barrier_time_tick)
 
-    def _check_batch(self, body: bytes) -> int:
-        try:
-            batch = pb.MessageBatch.FromString(body)
-        except DecodeError as exc:
-            raise InvalidArgument(f"malformed MessageBatch: {exc}") from None
-        count = len(batch.messages)
-        if count == 0:
-            raise InvalidArgument("empty batch")
-        limit = self.svc.max_message_bytes
-        if len(body) > limit:  # only then can a single message be over the limit
-            for i, msg in enumerate(batch.messages):
-                size = msg.ByteSize()
-                if size > limit:
-                    raise InvalidArgument(
-                        f"message {i} of the batch is {size} bytes, over the {limit}-byte limit"
-                    )
-        return count
-
     def _single(self, req: pb.ProduceMessageRequest) -> None:
         rid = req.request_id
 
@@ -290,16 +304,11 @@ class ProduceStream:
                 produce=pb.ProduceMessageResponse(request_id=rid, error=err.to_proto())
             )
 
-        size = req.message.ByteSize()
-        if size > self.svc.max_message_bytes:
+        try:
+            validation.message(req.message, self.svc.max_message_bytes)
+        except StreamingError as err:
             self.outstanding += 1
-            self.answer(
-                fail(
-                    InvalidArgument(
-                        f"message is {size} bytes, over the {self.svc.max_message_bytes}-byte limit"
-                    )
-                )
-            )
+            self.answer(fail(err))
             return
 
         def respond(base: int, first_tick: int, _duplicate: bool) -> pb.ProduceResponse:

@@ -5,25 +5,61 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import resource
 import signal
+import socket
 import time
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import start_http_server
 
-from streamwal.node import salvage
+from streamwal.node import limits, salvage
 from streamwal.node.config import NodeConfig
 from streamwal.node.groups import GroupService
+from streamwal.node.grpc_limits import CallLimits, server_options
 from streamwal.node.log_store import LogStore
 from streamwal.node.metrics import NodeMetrics
 from streamwal.node.produce_port import ProducePort
 from streamwal.node.service import NodeService
 from streamwal.node.wal import Wal
 from streamwal.proto import wire_pb2
-from streamwal.transport import MAX_FRAME_BYTES, TransportConfig, bind, make_server
+from streamwal.transport import TransportConfig, bind, make_server
 
 log = logging.getLogger("streamwal.node")
+
+
+class StartupError(Exception):
+    """The node cannot start as configured; the message is one line for the operator."""
+
+
+def _check_bindable(address: str, flag: str) -> None:
+    """StartupError with the system's reason (in use, no such interface) when `address`
+    cannot be bound; gRPC only says that it failed."""
+    host, _, port = address.rpartition(":")
+    try:
+        family, kind, proto, _, where = socket.getaddrinfo(
+            host.strip("[]"), int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(where)
+    except OSError as exc:
+        raise StartupError(f"cannot listen on {address} ({flag}): {exc.strerror or exc}") from None
+
+
+def raise_fd_limit(connections: int) -> None:
+    """Raise the soft limit on open files to the hard one: both listeners may hold
+    `connections` sockets each, and a node at its file limit locks every client out."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    needed = 2 * connections + 256
+    if hard != resource.RLIM_INFINITY and hard < needed:
+        log.warning(
+            "open-file limit below the connection limits",
+            extra={"limit": hard, "needed": needed, "max_connections": connections},
+        )
 
 
 class NodeServer:
@@ -61,9 +97,13 @@ class NodeServer:
     async def start(self) -> None:
         cfg = self.config
         started = time.perf_counter()
+        raise_fd_limit(cfg.max_connections)
         loop = asyncio.get_running_loop()
         for _ in range(2):
-            self.store = await loop.run_in_executor(None, self._open_store)
+            try:
+                self.store = await loop.run_in_executor(None, self._open_store)
+            except Exception as exc:  # rocksdict raises plain Exceptions (permissions, a lock)
+                raise StartupError(f"cannot open the data dir {cfg.data_dir}: {exc}") from None
             self.wal = Wal(self.store, cfg, self.metrics)
             self.wal.open()
             await self.wal.verify_before_serving(cfg.startup_verify_s)
@@ -72,34 +112,46 @@ class NodeServer:
             await self.wal.close()  # a damaged table block: salvage before serving
             self.store.close()
         self.wal.start()
-        self.service = NodeService(
-            self.wal, cfg.node_id, cfg.max_message_bytes, cfg.max_inflight_bytes_per_producer
-        )
+        self.service = NodeService(self.wal)
         self._health = health.aio.HealthServicer()
-        server = make_server(self.transport)
+        self._calls = CallLimits(cfg, self.service.count_limit)
+        server = make_server(self.transport, server_options(cfg), [self._calls])
         server.add_generic_rpc_handlers(self.service.handlers())
         self.groups = GroupService(self.wal, self.service)
         self.groups.start()
         server.add_generic_rpc_handlers([self.groups.handler()])
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         server.add_generic_rpc_handlers([self._info_handler()])
-        self.port = bind(server, cfg.listen, self.transport)
+        _check_bindable(cfg.listen, "--listen")
+        try:
+            self.port = bind(server, cfg.listen, self.transport)
+        except OSError as exc:  # the TLS files (STREAMWAL_TLS_*)
+            raise StartupError(f"cannot read {exc.filename}: {exc.strerror}") from None
+        except RuntimeError as exc:  # gRPC's "Failed to bind"
+            raise StartupError(f"cannot listen on {cfg.listen} (--listen): {exc}") from None
         if self.port == 0:
-            raise OSError(f"cannot listen on {cfg.listen}")
+            raise StartupError(f"cannot listen on {cfg.listen} (--listen)")
         await self._open_produce_port()
         await server.start()
         self._server = server
+        self.metrics.watch_limits(limits.configured(cfg), self._limit_usage)
         if cfg.metrics:
             host, _, port = cfg.metrics.rpartition(":")
-            self._metrics_server, _ = start_http_server(
-                int(port), addr=host or "0.0.0.0", registry=self.metrics.registry
-            )
+            try:
+                self._metrics_server, _ = start_http_server(
+                    int(port), addr=host.strip("[]") or "0.0.0.0", registry=self.metrics.registry
+                )
+            except OSError as exc:
+                raise StartupError(f"cannot serve metrics on {cfg.metrics}: {exc}") from None
         await self._health.set("", health_pb2.HealthCheckResponse.SERVING)
         if cfg.port_file:
             tmp = f"{cfg.port_file}.tmp"
-            with open(tmp, "w") as f:
-                f.write(str(self.port))
-            os.replace(tmp, cfg.port_file)
+            try:
+                with open(tmp, "w") as f:
+                    f.write(str(self.port))
+                os.replace(tmp, cfg.port_file)
+            except OSError as exc:
+                raise StartupError(f"cannot write --port-file {cfg.port_file}: {exc}") from None
         log.info(
             "node serving",
             extra={
@@ -116,6 +168,15 @@ class NodeServer:
     def produce_port(self) -> int:
         return self._produce_port.port if self._produce_port else 0
 
+    def _limit_usage(self) -> dict[str, float]:
+        port = self._produce_port
+        return {
+            "connections": self._calls.connections.total + (port.counts.total if port else 0),
+            "streams": self._calls.calls,
+            "receive_buffer": port.buffer.used if port else 0,
+            "txns": len(self.service.txns),
+        }
+
     async def _open_produce_port(self) -> None:
         """The plain-TCP produce port, unless turned off or TLS is on (it has no TLS)."""
         where = self.config.produce_listen
@@ -124,8 +185,11 @@ class NodeServer:
         if where == "auto":  # the gRPC host, any free port (clients learn it from Describe)
             where = f"{self.config.listen.rpartition(':')[0]}:0"
         host, _, port = where.rpartition(":")
-        self._produce_port = ProducePort(self.service, MAX_FRAME_BYTES)
-        await self._produce_port.start(host.strip("[]") or None, int(port))
+        self._produce_port = ProducePort(self.service, self.config)
+        try:
+            await self._produce_port.start(host.strip("[]") or None, int(port))
+        except OSError as exc:
+            raise StartupError(f"cannot listen on {where} (--produce-listen): {exc}") from None
 
     def _info_handler(self) -> grpc.GenericRpcHandler:
         async def describe(_request, _context) -> wire_pb2.DescribeNodeResponse:

@@ -26,9 +26,10 @@ from streamwal.errors import (
     StreamingError,
 )
 from streamwal.grpc_errors import status_for, trailing
-from streamwal.node import delivery, records
+from streamwal.node import delivery, records, validation
 from streamwal.node.channel import Channel
 from streamwal.node.fencing import check_access
+from streamwal.node.limits import LimitExceeded
 from streamwal.node.produce_stream import (
     Answer,
     Malformed,
@@ -46,7 +47,6 @@ log = logging.getLogger("streamwal.node.service")
 PRODUCER_HEADER = "create-producer-bin"
 CONSUMER_HEADER = "create-consumer-bin"
 READ_RECORDS = 1024  # records per read step while catching up (also bounded by bytes)
-MAX_PRODUCER_ID = 128
 
 
 def _tolerant(cls) -> Callable[[bytes], object]:
@@ -90,18 +90,32 @@ class GrpcProduceSink:
 
 
 class NodeService:
-    def __init__(self, wal: Wal, node_id: int, max_message_bytes: int, max_inflight: int) -> None:
+    def __init__(self, wal: Wal) -> None:
+        cfg = wal.config
         self.wal = wal
-        self.node_id = node_id
-        self.max_message_bytes = max_message_bytes
-        self.max_inflight = max_inflight
+        self.node_id = cfg.node_id
+        self.max_message_bytes = cfg.max_message_bytes
+        self.max_inflight = cfg.max_inflight_bytes_per_producer
+        self.max_pending_answers = cfg.max_pending_answers
         self._ids = itertools.count(1)
         self.serving = True
-        cfg = wal.config
-        limits = TxnLimits(cfg.txn_keepalive_s, cfg.txn_max_bytes, cfg.txn_max_open)
+        limits = TxnLimits(
+            cfg.txn_keepalive_s,
+            cfg.txn_max_keepalive_s,
+            cfg.txn_max_bytes,
+            cfg.txn_max_open,
+            cfg.txn_max_open_per_stream,
+        )
         m = wal.metrics
         self.txns = TxnTable(limits, lambda outcome: m.txns.labels(outcome).inc())
         m.open_txns.set_function(lambda: len(self.txns))
+
+    def count_limit(self, what: StreamingError | str) -> None:
+        """Count a refusal (or a slowed producer) by one of the node's limits."""
+        if isinstance(what, LimitExceeded):
+            what = what.limit
+        if isinstance(what, str):
+            self.wal.metrics.limit_exceeded.labels(what).inc()
 
     def handlers(self) -> list[grpc.GenericRpcHandler]:
         def ser(msg) -> bytes:
@@ -165,6 +179,7 @@ class NodeService:
         try:
             if isinstance(request, Malformed):
                 raise InvalidArgument(request.reason)
+            validation.fetch(request)
             ch = self.wal.channels.get(request.pchannel)
             if ch is None:
                 raise ChannelNotExist(f"pchannel {request.pchannel!r} has no log on this node")
@@ -207,6 +222,7 @@ class NodeService:
                 return
             if isinstance(first, Malformed):
                 raise InvalidArgument(first.reason)
+            validation.replica_ack(first)
             if not self.serving:
                 raise OnShutdown("node is shutting down")
             await self.wal.replication.serve(first, request_iterator, context)
@@ -241,6 +257,7 @@ class NodeService:
 
     async def assign(self, request, context):
         async def act(req):
+            validation.assign(req)
             retention = req.retention if req.HasField("retention") else None
             await self.wal.assign(
                 req.pchannel.name,
@@ -311,11 +328,10 @@ class NodeService:
     ) -> None:
         """One Produce stream, whichever transport carries it (gRPC or the produce port)."""
         try:
+            validation.producer_header(header)
             term = header.pchannel.term
             ch = self.wal.access(header.pchannel.name, term)
             name = header.producer_id
-            if len(name) > MAX_PRODUCER_ID or not name.isprintable():
-                raise InvalidArgument(f"producer_id must be <= {MAX_PRODUCER_ID} printable chars")
             last_sequence = self.wal.last_sequence(ch, name) if name else 0
             quorum = self.wal.replication.needs_quorum(ch, header.ack_level)
         except StreamingError as err:
@@ -329,7 +345,7 @@ class NodeService:
             await sink.write(
                 pb.ProduceResponse(
                     create=pb.CreateProducerResponse(
-                        producer_id=producer_id, last_sequence=last_sequence
+                        producer_id=producer_id, last_sequence=last_sequence, answers_ping=True
                     )
                 )
             )
@@ -343,6 +359,7 @@ class NodeService:
     async def consume(self, request_iterator, context):
         try:
             header = _header(context, CONSUMER_HEADER, pb.CreateConsumerRequest)
+            validation.consumer_header(header)
             term = header.pchannel.term
             ch = self.wal.access(header.pchannel.name, term)
             filters = delivery.Filters.from_proto(list(header.deliver_filters))

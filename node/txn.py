@@ -4,8 +4,9 @@ A txn lives only in the node's memory until its commit appends the buffer as one
 (node/txn_ops.py), so a restart, a term change or the end of the producer stream that
 began it loses it, and only committed data survives. Pure bookkeeping: the caller passes
 the time, which keeps expiry testable without sleeping. Memory is bounded by
-`max_open` txns of at most `max_bytes` each; expired txns are swept lazily (on each
-operation and each begin), so no timer task is needed.
+`max_open` txns (at most `max_per_owner` of one producer stream) of at most `max_bytes`
+each; expired txns are swept lazily (on each operation and each begin), so no timer
+task is needed.
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from streamwal.errors import (
-    Inner,
     InvalidArgument,
     InvalidTransactionState,
     StreamingError,
     TransactionExpired,
 )
+from streamwal.node.limits import LimitExceeded
 
 _REMEMBERED = 4096  # closed txns whose fate is remembered for a clear error
 
@@ -28,8 +29,10 @@ _REMEMBERED = 4096  # closed txns whose fate is remembered for a clear error
 @dataclass(frozen=True)
 class TxnLimits:
     keepalive_s: float = 10.0  # default keepalive: expire after this long without an append
+    max_keepalive_s: float = 600.0  # the longest keepalive a txn may ask for
     max_bytes: int = 16 * 1024 * 1024  # buffered message bytes per txn
     max_open: int = 1024  # open txns per node
+    max_per_owner: int = 64  # open txns per producer stream
 
 
 @dataclass
@@ -80,9 +83,17 @@ class TxnTable:
             raise InvalidArgument("a txn needs a vchannel")
         self.sweep(now)
         if len(self._open) >= self.limits.max_open:
-            raise Inner(
-                f"node holds {len(self._open)} open txns, its limit (--txn-max-open); "
-                "retry once some commit, roll back or expire"
+            raise LimitExceeded(
+                "txns",
+                f"the node holds {len(self._open)} open txns, its limit; retry once some "
+                "commit, roll back or expire",
+            )
+        mine = sum(1 for t in self._open.values() if t.owner is owner)
+        if mine >= self.limits.max_per_owner:
+            raise LimitExceeded(
+                "txns_per_stream",
+                f"this producer stream holds {mine} open txns, the limit per stream; commit "
+                "or roll back some first",
             )
         keepalive = keepalive_s or self.limits.keepalive_s
         txn = OpenTxn(self._next_id, owner, pchannel, term, vchannel, keepalive, now + keepalive)

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 from streamwal.errors import InvalidArgument, StreamingError
 from streamwal.ids import encode_offset
-from streamwal.message import PROP_VCHANNEL, pchannel_of
-from streamwal.node import records
+from streamwal.message import pchannel_of
+from streamwal.node import records, validation
 from streamwal.node.fencing import check_access
 from streamwal.proto import streaming_pb2 as pb
 
@@ -51,6 +51,7 @@ def handle(stream: ProduceStream, req: pb.TxnRequest) -> None:
         else:
             raise InvalidArgument("empty TxnRequest")
     except StreamingError as err:
+        stream.svc.count_limit(err)
         resp = fail(err)
     stream.outstanding += 1
     stream.answer(resp)
@@ -63,22 +64,17 @@ def _begin(stream: ProduceStream, req: pb.TxnBegin, answer, now: float) -> pb.Pr
             f"vchannel {req.vchannel!r} is not on pchannel {ch.name!r} "
             "(vchannels are named <pchannel>_<suffix>)"
         )
+    validation.txn_begin(req, round(stream.svc.txns.limits.max_keepalive_s * 1000))
     keepalive = req.keepalive_ms / 1000 if req.keepalive_ms else None
     txn = stream.svc.txns.begin(stream, ch.name, stream.term, req.vchannel, keepalive, now)
     return answer(begun=pb.TxnBegun(txn_id=txn.txn_id, keepalive_ms=round(txn.keepalive_s * 1000)))
 
 
 def _append(stream: ProduceStream, req: pb.TxnAppend, answer, now: float) -> pb.ProduceResponse:
-    count = stream._check_batch(req.messages)
+    batch = validation.batch(req.messages, stream.svc.max_message_bytes)
     table = stream.svc.txns
-    vchannel = table.vchannel_of(stream, req.txn_id, now)
-    for i, msg in enumerate(pb.MessageBatch.FromString(req.messages).messages):
-        if msg.properties.get(PROP_VCHANNEL) != vchannel:
-            raise InvalidArgument(
-                f"message {i} of the txn append has vchannel "
-                f"{msg.properties.get(PROP_VCHANNEL)!r}, the txn's is {vchannel!r}"
-            )
-    txn = table.append(stream, req.txn_id, req.messages, count, now)
+    validation.reserved_properties(batch.messages, table.vchannel_of(stream, req.txn_id, now))
+    txn = table.append(stream, req.txn_id, req.messages, len(batch.messages), now)
     return answer(appended=pb.TxnAppended(count=txn.count, bytes=txn.size))
 
 

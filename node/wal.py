@@ -40,7 +40,7 @@ from streamwal.node.fencing import (
 )
 from streamwal.node.group_commit import GroupCommitter
 from streamwal.node.health import WriteHealth
-from streamwal.node.log_store import LogStore, StoreCorruption, log_key
+from streamwal.node.log_store import LogStore, StoreCorruption, StoreUnwritable, log_key
 from streamwal.node.metrics import ChannelState, NodeMetrics
 from streamwal.node.producers import (
     BatchResult,
@@ -891,14 +891,24 @@ class Wal:
         return self.write_health.reason(time.monotonic()) or self.replication.quorum_lost(ch)
 
     def _failed(self, group: list, exc: BaseException) -> None:
-        health = self.write_health
-        report = health.failed(time.monotonic(), str(exc))
-        if report is not None:
+        if isinstance(exc, StoreUnwritable):  # the disk: the node is unhealthy while it lasts
+            health = self.write_health
+            report = health.failed(time.monotonic(), exc.cause)
+            if report is not None:
+                log.error(
+                    "WAL writes failing" if report == "first" else "WAL writes still failing",
+                    extra={
+                        "error": exc.cause,
+                        "failed_writes": health.failures,
+                        "items": len(group),
+                    },
+                )
+            err: StreamingError = exc
+        else:  # an item that could not be prepared (group_commit._write_apart): a bug
             log.error(
-                "WAL writes failing" if report == "first" else "WAL writes still failing",
-                extra={"error": str(exc), "failed_writes": health.failures, "items": len(group)},
+                "appends could not be written", extra={"error": repr(exc), "items": len(group)}
             )
-        err = Inner(f"storage write failed: {exc}")
+            err = Inner(f"append failed: {exc}")
         touched: dict[str, Channel] = {}
         for item in group:
             ch = item.channel

@@ -5,16 +5,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import signal
 import socket
 import sys
 import threading
 import uuid
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 import click
 
 from streamwal import logs
+from streamwal.cli import LOG_LEVEL, SECONDS, Address
 from streamwal.tasks import cancel_and_wait
 
 if TYPE_CHECKING:  # kopf and kubernetes are optional (streamwal[kube]): imported when run
@@ -46,16 +49,47 @@ def default_identity() -> str:
     )
 
 
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_NAME = re.compile(
+    r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
+
+
+def _kube_name(pattern: re.Pattern, what: str):
+    def check(_ctx, _param, value: str | None) -> str | None:
+        if value is not None and not pattern.match(value):
+            raise click.BadParameter(f"{value!r} is not a Kubernetes {what}")
+        return value
+
+    return check
+
+
+def _http_url(_ctx, _param, value: str | None) -> str | None:
+    """http(s)://HOST[:PORT]/PATH, the port 1..65535."""
+    if value is None:
+        return None
+    try:
+        parts = urlsplit(value)
+        port_ok = parts.port is None or 1 <= parts.port <= 65535
+    except ValueError:
+        port_ok = False
+    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
+        raise click.BadParameter(f"{value!r} is not an http(s)://HOST[:PORT]/PATH URL")
+    return value
+
+
 @click.command("operator")
 @click.option(
     "--namespace",
     default=lambda: os.environ.get("POD_NAMESPACE", "default"),
     show_default="$POD_NAMESPACE or default",
+    callback=_kube_name(_DNS_LABEL, "namespace name (a DNS-1123 label)"),
     help="Namespace of the PChannels, the streaming-node pods and the Lease.",
 )
 @click.option(
     "--lease",
     default=None,
+    callback=_kube_name(_DNS_NAME, "object name (a DNS-1123 subdomain)"),
     help="Name of the coordination.k8s.io Lease the replicas elect their one active member "
     "with. Without it this process acts alone (one replica only).",
 )
@@ -63,21 +97,21 @@ def default_identity() -> str:
     "--lease-duration",
     default=15.0,
     show_default=True,
-    type=float,
+    type=SECONDS,
     help="Seconds a standby waits after the leader's last renewal before taking over.",
 )
 @click.option(
     "--renew-deadline",
     default=10.0,
     show_default=True,
-    type=float,
+    type=SECONDS,
     help="Seconds the leader keeps acting without renewing; then it stops and exits.",
 )
 @click.option(
     "--retry-period",
     default=2.0,
     show_default=True,
-    type=float,
+    type=SECONDS,
     help="Seconds between the leader's renewals and the standbys' reads of the Lease.",
 )
 @click.option(
@@ -96,31 +130,42 @@ def default_identity() -> str:
     "--resync",
     default=30.0,
     show_default=True,
-    type=float,
+    type=click.FloatRange(0.1, 86_400.0),
     help="Seconds between periodic status checks of every PChannel (drift heals).",
 )
 @click.option(
     "--coord-listen",
     default=None,
+    type=Address(listen=True),
     help="Serve coord gRPC (AssignmentDiscover) on HOST:PORT.",
 )
-@click.option("--metrics", default=None, help="Serve Prometheus metrics on HOST:PORT.")
+@click.option(
+    "--metrics",
+    default=None,
+    type=Address(listen=True),
+    help="Serve Prometheus metrics on HOST:PORT.",
+)
 @click.option(
     "--liveness",
     default=None,
+    callback=_http_url,
     help="Kopf liveness endpoint URL, e.g. http://0.0.0.0:8080/healthz.",
 )
 @click.option(
-    "--probe-interval", default=0.5, show_default=True, type=float, help="Node probe interval."
+    "--probe-interval",
+    default=0.5,
+    show_default=True,
+    type=SECONDS,
+    help="Node probe interval.",
 )
 @click.option(
     "--grace",
     default=1.5,
     show_default=True,
-    type=float,
+    type=SECONDS,
     help="Seconds without an answer before a node is lost.",
 )
-@click.option("--log-level", default="info", show_default=True)
+@LOG_LEVEL
 def operator(
     namespace: str,
     lease: str | None,
@@ -152,8 +197,6 @@ def operator(
         parse_selector(node_selector)
     except ValueError as err:
         raise click.BadParameter(str(err), param_hint="--node-selector") from None
-    if resync <= 0:
-        raise click.BadParameter("must be positive", param_hint="--resync")
     try:
         election = ElectionConfig(lease_duration, renew_deadline, retry_period)
     except ValueError as err:

@@ -34,6 +34,7 @@ class StreamingCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STREAMING_CODE_BROADCAST_NOT_FOUND: _ClassVar[StreamingCode]
     STREAMING_CODE_UNSUPPORTED: _ClassVar[StreamingCode]
     STREAMING_CODE_DATA_LOSS: _ClassVar[StreamingCode]
+    STREAMING_CODE_RESOURCE_EXHAUSTED: _ClassVar[StreamingCode]
     STREAMING_CODE_TRANSACTION_EXPIRED: _ClassVar[StreamingCode]
     STREAMING_CODE_INVALID_TRANSACTION_STATE: _ClassVar[StreamingCode]
     STREAMING_CODE_CONSUMER_GROUP_EXIST: _ClassVar[StreamingCode]
@@ -70,6 +71,7 @@ STREAMING_CODE_RESOURCE_ACQUIRED: StreamingCode
 STREAMING_CODE_BROADCAST_NOT_FOUND: StreamingCode
 STREAMING_CODE_UNSUPPORTED: StreamingCode
 STREAMING_CODE_DATA_LOSS: StreamingCode
+STREAMING_CODE_RESOURCE_EXHAUSTED: StreamingCode
 STREAMING_CODE_TRANSACTION_EXPIRED: StreamingCode
 STREAMING_CODE_INVALID_TRANSACTION_STATE: StreamingCode
 STREAMING_CODE_CONSUMER_GROUP_EXIST: StreamingCode
@@ -242,16 +244,18 @@ class StreamingError(_message.Message):
     def __init__(self, code: _Optional[_Union[StreamingCode, str]] = ..., cause: _Optional[str] = ...) -> None: ...
 
 class ProduceRequest(_message.Message):
-    __slots__ = ("produce", "close", "produce_batch", "txn")
+    __slots__ = ("produce", "close", "produce_batch", "txn", "ping")
     PRODUCE_FIELD_NUMBER: _ClassVar[int]
     CLOSE_FIELD_NUMBER: _ClassVar[int]
     PRODUCE_BATCH_FIELD_NUMBER: _ClassVar[int]
     TXN_FIELD_NUMBER: _ClassVar[int]
+    PING_FIELD_NUMBER: _ClassVar[int]
     produce: ProduceMessageRequest
     close: CloseProducerRequest
     produce_batch: ProduceBatchRequest
     txn: TxnRequest
-    def __init__(self, produce: _Optional[_Union[ProduceMessageRequest, _Mapping]] = ..., close: _Optional[_Union[CloseProducerRequest, _Mapping]] = ..., produce_batch: _Optional[_Union[ProduceBatchRequest, _Mapping]] = ..., txn: _Optional[_Union[TxnRequest, _Mapping]] = ...) -> None: ...
+    ping: ProducePing
+    def __init__(self, produce: _Optional[_Union[ProduceMessageRequest, _Mapping]] = ..., close: _Optional[_Union[CloseProducerRequest, _Mapping]] = ..., produce_batch: _Optional[_Union[ProduceBatchRequest, _Mapping]] = ..., txn: _Optional[_Union[TxnRequest, _Mapping]] = ..., ping: _Optional[_Union[ProducePing, _Mapping]] = ...) -> None: ...
 
 class CreateProducerRequest(_message.Message):
     __slots__ = ("pchannel", "producer_id", "ack_level")
@@ -276,26 +280,38 @@ class CloseProducerRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ProduceResponse(_message.Message):
-    __slots__ = ("create", "produce", "close", "produce_batch", "txn")
+    __slots__ = ("create", "produce", "close", "produce_batch", "txn", "pong")
     CREATE_FIELD_NUMBER: _ClassVar[int]
     PRODUCE_FIELD_NUMBER: _ClassVar[int]
     CLOSE_FIELD_NUMBER: _ClassVar[int]
     PRODUCE_BATCH_FIELD_NUMBER: _ClassVar[int]
     TXN_FIELD_NUMBER: _ClassVar[int]
+    PONG_FIELD_NUMBER: _ClassVar[int]
     create: CreateProducerResponse
     produce: ProduceMessageResponse
     close: CloseProducerResponse
     produce_batch: ProduceBatchResponse
     txn: TxnResponse
-    def __init__(self, create: _Optional[_Union[CreateProducerResponse, _Mapping]] = ..., produce: _Optional[_Union[ProduceMessageResponse, _Mapping]] = ..., close: _Optional[_Union[CloseProducerResponse, _Mapping]] = ..., produce_batch: _Optional[_Union[ProduceBatchResponse, _Mapping]] = ..., txn: _Optional[_Union[TxnResponse, _Mapping]] = ...) -> None: ...
+    pong: ProducePong
+    def __init__(self, create: _Optional[_Union[CreateProducerResponse, _Mapping]] = ..., produce: _Optional[_Union[ProduceMessageResponse, _Mapping]] = ..., close: _Optional[_Union[CloseProducerResponse, _Mapping]] = ..., produce_batch: _Optional[_Union[ProduceBatchResponse, _Mapping]] = ..., txn: _Optional[_Union[TxnResponse, _Mapping]] = ..., pong: _Optional[_Union[ProducePong, _Mapping]] = ...) -> None: ...
 
 class CreateProducerResponse(_message.Message):
-    __slots__ = ("producer_id", "last_sequence")
+    __slots__ = ("producer_id", "last_sequence", "answers_ping")
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     LAST_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    ANSWERS_PING_FIELD_NUMBER: _ClassVar[int]
     producer_id: int
     last_sequence: int
-    def __init__(self, producer_id: _Optional[int] = ..., last_sequence: _Optional[int] = ...) -> None: ...
+    answers_ping: bool
+    def __init__(self, producer_id: _Optional[int] = ..., last_sequence: _Optional[int] = ..., answers_ping: _Optional[bool] = ...) -> None: ...
+
+class ProducePing(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ProducePong(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
 
 class ProduceMessageResponse(_message.Message):
     __slots__ = ("request_id", "result", "error")

@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from streamwal.errors import StreamingError
+from streamwal.errors import InvalidArgument, StreamingError
 from streamwal.spark.options import EARLIEST, LATEST, OffsetSpec
 
 
@@ -42,12 +42,38 @@ class Range:
         return max(0, self.end - self.start)
 
 
-def resolve(spec: OffsetSpec, bounds: Mapping[str, Bounds]) -> dict[str, int]:
-    """Concrete offsets per pchannel: -2 is the oldest retained, -1 the log end."""
+def timestamps(spec: OffsetSpec, pchannels: Iterable[str]) -> dict[str, int]:
+    """{pchannel: ms} of the times a by-time spec asks about (empty for offsets)."""
+    return {p: spec.value_for(p) for p in pchannels} if spec.by_time else {}
+
+
+def resolve(
+    spec: OffsetSpec,
+    bounds: Mapping[str, Bounds],
+    at_time: Mapping[str, int | None] = {},
+    *,
+    not_found_latest: bool = True,
+) -> dict[str, int]:
+    """Concrete offsets per pchannel: -2 is the oldest retained, -1 the log end.
+
+    For a by-time spec `at_time` holds, per pchannel, the first offset whose time tick is
+    at or after the asked time, or None when there is none yet: then the log end if
+    `not_found_latest` (always so for an end, as Kafka), else an InvalidArgument.
+    """
     out = {}
     for name, b in bounds.items():
-        wanted = spec.offset_for(name)
-        out[name] = b.first if wanted == EARLIEST else b.next if wanted == LATEST else wanted
+        wanted = spec.value_for(name)
+        if spec.by_time:
+            found = at_time[name]
+            if found is None and not not_found_latest:
+                raise InvalidArgument(
+                    f"{spec.option}: pchannel {name} has no message at or after {wanted} ms "
+                    f"(it ends at offset {b.next}). Set startingOffsetsByTimestampStrategy="
+                    f"latest to start such a pchannel at its end."
+                )
+            out[name] = b.next if found is None else found
+        else:
+            out[name] = b.first if wanted == EARLIEST else b.next if wanted == LATEST else wanted
     return out
 
 
@@ -110,6 +136,22 @@ def rate_limit(
     for p in sorted(shares, key=lambda p: (taken[p] - shares[p], p))[:leftover]:
         taken[p] += 1
     return {p: start.get(p, latest[p]) + min(taken[p], backlog[p]) for p in latest}
+
+
+def delay_trigger(
+    start: Mapping[str, int],
+    latest: Mapping[str, int],
+    min_offsets: int | None,
+    since_last_s: float | None,
+    max_delay_s: float,
+) -> bool:
+    """Hold a micro-batch back (Kafka's minOffsetsPerTrigger / maxTriggerDelay): fewer
+    than `min_offsets` new offsets, and less than `max_delay_s` since the last micro-batch
+    (`since_last_s`; None before the first, which is never held)."""
+    if min_offsets is None or since_last_s is None or since_last_s >= max_delay_s:
+        return False
+    new = sum(max(0, o - start[p]) for p, o in latest.items() if p in start)
+    return new < min_offsets
 
 
 def cap(latest: Mapping[str, int], target: Mapping[str, int]) -> dict[str, int]:

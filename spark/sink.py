@@ -14,6 +14,9 @@ micro-batch id, so a micro-batch replayed after a driver restart is skipped the 
 for batch writes the option `idempotencyKey` makes a whole rerun idempotent (default: a
 fresh id per write). This needs deterministic input per task (same rows, same order), as
 any replay-based exactly-once does. See docs/decisions-spark.md.
+
+Spark hands each task its rows as Arrow record batches (DataSourceArrowWriter); rows are
+encoded and routed a column at a time (spark/entries.py), never as Python Row objects.
 """
 
 from __future__ import annotations
@@ -23,51 +26,25 @@ import concurrent.futures
 import logging
 import threading
 import uuid
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 
-from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
-from pyspark.sql.types import StructType
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
 
-from streamwal.client import encoding
 from streamwal.client.node_client import NodeClient, Producer
-from streamwal.errors import InvalidArgument
-from streamwal.message import pchannel_of
-from streamwal.spark import discovery
-from streamwal.spark.options import DiscoveryConfig, _discovery, _positive_int
+from streamwal.spark import discovery, entries
+from streamwal.spark.options import SinkOptions
 
 log = logging.getLogger("streamwal.spark.sink")
 
-BATCH_ROWS = 1000
 BATCH_BYTES = 512 * 1024
 MAX_PENDING_BATCHES = 16
-
-
-@dataclass(frozen=True)
-class SinkOptions:
-    discovery: DiscoveryConfig
-    pchannel: str | None = None
-    idempotency_key: str | None = None
-    batch_rows: int = BATCH_ROWS
-    columns: tuple[str, ...] = field(default_factory=tuple)
-
-
-def parse_sink(opts: Mapping[str, str], schema: StructType) -> SinkOptions:
-    columns = tuple(schema.fieldNames())
-    if "payload" not in columns:
-        raise InvalidArgument("the streamwal sink needs a binary column `payload`")
-    default = opts.get("pchannel") or None
-    if default is None and "pchannel" not in columns and "vchannel" not in columns:
-        raise InvalidArgument(
-            "the streamwal sink needs a `pchannel` or `vchannel` column, or the option pchannel"
-        )
-    return SinkOptions(
-        discovery=_discovery(opts),
-        pchannel=default,
-        idempotency_key=opts.get("idempotencyKey") or None,
-        batch_rows=_positive_int("batchRows", opts.get("batchRows")) or BATCH_ROWS,
-        columns=columns,
-    )
 
 
 @dataclass
@@ -84,19 +61,21 @@ class _Target:
         self.producer = producer
         self.skip_batches = producer.last_sequence  # already on the node from earlier attempts
         self.batches = 0  # batches cut so far (the sequence of the next is batches + 1)
-        self.entries: list[bytes] = []
-        self.size = 0
+        self.open = entries.OpenBatch([])
         self.appended = 0
         self.skipped = 0
 
 
 def _write(
-    opts: SinkOptions, write_id: str, partition: int, rows, loop: asyncio.AbstractEventLoop
+    opts: SinkOptions,
+    write_id: str,
+    partition: int,
+    batches: Iterator[pa.RecordBatch],
+    loop: asyncio.AbstractEventLoop,
 ) -> SinkCommit:
     clients: dict[str, NodeClient] = {}
     targets: dict[str, _Target] = {}
     pending: list[concurrent.futures.Future] = []
-    cols = opts.columns
 
     def call(coro):
         return asyncio.run_coroutine_threadsafe(coro, loop).result()
@@ -111,44 +90,35 @@ def _write(
         )
         return _Target(producer)
 
-    def cut(t: _Target) -> None:
+    def send(t: _Target, chunks: list, count: int) -> None:
+        """Batch number t.batches + 1: skipped if an earlier attempt appended it."""
         t.batches += 1
-        entries, t.entries, t.size = t.entries, [], 0
         if t.batches <= t.skip_batches:
-            t.skipped += len(entries)
+            t.skipped += count
             return
-        t.appended += len(entries)
-        pending.append(asyncio.run_coroutine_threadsafe(t.producer.send_batch(entries), loop))
+        t.appended += count
+        # A run of entries is itself entries: MessageBatch bodies concatenate.
+        sent = t.producer.send_batch(chunks)
+        pending.append(asyncio.run_coroutine_threadsafe(sent, loop))
         while len(pending) > MAX_PENDING_BATCHES:
             pending.pop(0).result()
 
     try:
-        for row in rows:
-            values = dict(zip(cols, row, strict=True))
-            vchannel = values.get("vchannel")
-            pchannel = values.get("pchannel") or (pchannel_of(vchannel) if vchannel else None)
-            pchannel = pchannel or opts.pchannel
-            if not pchannel:
-                raise InvalidArgument("a row has neither pchannel nor vchannel (and no option)")
-            payload = values.get("payload")
-            props = encoding.message_properties(
-                vchannel, values.get("message_type"), values.get("properties")
-            )
-            entry = encoding.encode_entry(
-                bytes(payload) if payload is not None else b"", encoding.encode_properties(props)
-            )
-            t = targets.get(pchannel)
-            if t is None:
-                t = targets[pchannel] = call(open_target(pchannel))
-            if t.entries and t.size + len(entry) > BATCH_BYTES:
-                cut(t)
-            t.entries.append(entry)
-            t.size += len(entry)
-            if len(t.entries) >= opts.batch_rows:
-                cut(t)
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            encoded = entries.encode(batch)
+            names, rows_of = entries.pchannels(batch, opts.pchannel)
+            for i, pchannel in enumerate(names):
+                t = targets.get(pchannel)
+                if t is None:
+                    t = targets[pchannel] = call(open_target(pchannel))
+                mine = encoded if len(names) == 1 else encoded.take(np.flatnonzero(rows_of == i))
+                for chunks, count in entries.cut(mine, t.open, opts.batch_rows, BATCH_BYTES):
+                    send(t, chunks, count)
         for t in targets.values():
-            if t.entries:
-                cut(t)
+            if t.open.count:
+                send(t, t.open.chunks, t.open.count)
         for f in pending:
             f.result()  # raises if a batch failed: the task fails, its retry resumes
         for t in targets.values():
@@ -178,7 +148,7 @@ def _log_commit(messages, what: str) -> None:
     log.info(f"{what} committed", extra={"appended": appended, "skipped_as_duplicates": skipped})
 
 
-def run_write(opts: SinkOptions, write_id: str, rows: Iterator) -> SinkCommit:
+def run_write(opts: SinkOptions, write_id: str, batches: Iterator[pa.RecordBatch]) -> SinkCommit:
     """Run `_write` on an event loop in its own thread, pulling rows in this one.
 
     Spark hands rows over a pipe; while this thread blocks on it, the loop thread keeps
@@ -188,19 +158,19 @@ def run_write(opts: SinkOptions, write_id: str, rows: Iterator) -> SinkCommit:
     thread = threading.Thread(target=loop.run_forever, daemon=True, name="streamwal-sink")
     thread.start()
     try:
-        return _write(opts, write_id, _task_partition(), rows, loop)
+        return _write(opts, write_id, _task_partition(), batches, loop)
     finally:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         loop.close()
 
 
-class BatchWriter(DataSourceWriter):
+class BatchWriter(DataSourceArrowWriter):
     def __init__(self, opts: SinkOptions) -> None:
         self.opts = opts
         self.write_id = opts.idempotency_key or uuid.uuid4().hex
 
-    def write(self, iterator: Iterator) -> SinkCommit:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
         return run_write(self.opts, self.write_id, iterator)
 
     def commit(self, messages: list[SinkCommit | None]) -> None:
@@ -212,12 +182,12 @@ class BatchWriter(DataSourceWriter):
         log.warning("write aborted", extra={"write_id": self.write_id})
 
 
-class StreamWriter(DataSourceStreamWriter):
+class StreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, opts: SinkOptions) -> None:
         self.opts = opts
         self.fallback_id = opts.idempotency_key or uuid.uuid4().hex
 
-    def write(self, iterator: Iterator) -> SinkCommit:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
         from pyspark import TaskContext
 
         ctx = TaskContext.get()

@@ -1,8 +1,9 @@
 """The `streamwal` PySpark data source: batch and streaming reads, and the sink.
 
-    from streamwal.spark.source import StreamwalDataSource
-    spark.dataSource.register(StreamwalDataSource)
     spark.read.format("streamwal").option("coord", "host:port").option("pchannels", "p_0")
+
+PySpark registers it by itself (the `pyspark_streamwal` module); docs/spark.md is the
+user's guide.
 
 The driver side (planning: which offsets, which partitions) lives here and in the pure
 `offsets` module; tasks read with `reader.read_range` and write with `sink`.
@@ -14,6 +15,7 @@ alone say where a restarted query resumes.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Mapping
 
 import pyarrow as pa
@@ -30,7 +32,7 @@ from pyspark.sql.types import StructType
 
 from streamwal.errors import InvalidArgument
 from streamwal.spark import discovery, offsets
-from streamwal.spark.options import SourceOptions, parse_source
+from streamwal.spark.options import OffsetSpec, SourceOptions, parse_sink, parse_source
 from streamwal.spark.reader import SCHEMA_DDL, RangePartition, read_range
 
 try:  # 4.2+: lets availableNow runs stop at the offsets seen when they started
@@ -58,14 +60,14 @@ class StreamwalDataSource(DataSource):
         return StreamReader(parse_source(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from streamwal.spark.sink import BatchWriter, parse_sink
+        from streamwal.spark.sink import BatchWriter
 
-        return BatchWriter(parse_sink(self.options, schema))
+        return BatchWriter(parse_sink(self.options, tuple(schema.fieldNames())))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from streamwal.spark.sink import StreamWriter, parse_sink
+        from streamwal.spark.sink import StreamWriter
 
-        return StreamWriter(parse_sink(self.options, schema))
+        return StreamWriter(parse_sink(self.options, tuple(schema.fieldNames())))
 
 
 class _Partition(InputPartition):
@@ -102,6 +104,20 @@ def plan(
     ]
 
 
+def resolve(
+    opts: SourceOptions,
+    spec: OffsetSpec,
+    owners: Mapping[str, discovery.Owner],
+    bounds: Mapping[str, offsets.Bounds],
+    *,
+    not_found_latest: bool,
+) -> dict[str, int]:
+    """Offsets of `spec` in every located pchannel; times are looked up on the owners."""
+    millis = offsets.timestamps(spec, bounds)
+    found = discovery.offsets_at_times(owners, bounds, millis, opts.discovery.timeout_s)
+    return offsets.resolve(spec, bounds, found, not_found_latest=not_found_latest)
+
+
 def _read(partition: InputPartition, opts: SourceOptions) -> Iterator[pa.RecordBatch]:
     # With no ranges to read Spark still runs one task, with a bare InputPartition(None).
     part = getattr(partition, "part", None)
@@ -115,9 +131,11 @@ class BatchReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         opts = self.opts
-        _owners, bounds = discovery.locate(opts.discovery, opts.selects, opts.pchannels)
-        start = offsets.resolve(opts.starting, bounds)
-        end = offsets.resolve(opts.ending, bounds)
+        owners, bounds = discovery.locate(opts.discovery, opts.selects, opts.required)
+        start = resolve(
+            opts, opts.starting, owners, bounds, not_found_latest=opts.time_not_found_latest
+        )
+        end = resolve(opts, opts.ending, owners, bounds, not_found_latest=True)
         for p, e in end.items():
             if e > bounds[p].next:
                 raise InvalidArgument(
@@ -137,14 +155,24 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
         self._target: dict[str, int] | None = None  # availableNow: where the run stops
+        self._last_trigger: float | None = None  # monotonic time of the last new offsets
+
+    def _locate(self, known: Mapping[str, int] = {}):
+        required = set(self.opts.required) | set(known)
+        return discovery.locate(self.opts.discovery, self.opts.selects, required)
 
     def _bounds(self, known: Mapping[str, int] = {}) -> dict[str, offsets.Bounds]:
-        required = set(self.opts.pchannels) | set(known)
-        _, bounds = discovery.locate(self.opts.discovery, self.opts.selects, required)
-        return bounds
+        return self._locate(known)[1]
 
     def initialOffset(self) -> dict:
-        return offsets.resolve(self.opts.starting, self._bounds())
+        owners, bounds = self._locate()
+        return resolve(
+            self.opts,
+            self.opts.starting,
+            owners,
+            bounds,
+            not_found_latest=self.opts.time_not_found_latest,
+        )
 
     def getDefaultReadLimit(self) -> ReadLimit:
         n = self.opts.max_offsets_per_trigger
@@ -174,10 +202,19 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             latest = offsets.cap(
                 latest, {**self._target, **{p: start[p] for p in start if p not in self._target}}
             )
+        now = time.monotonic()
+        since = None if self._last_trigger is None else now - self._last_trigger
+        if self._target is None and offsets.delay_trigger(
+            start, latest, self.opts.min_offsets_per_trigger, since, self.opts.max_trigger_delay_s
+        ):
+            return start  # minOffsetsPerTrigger: not enough yet, and not waited long enough
         if isinstance(limit, ReadMaxRows):
             grow = {p: o for p, o in latest.items() if p in start and o >= start[p]}
             latest.update(offsets.rate_limit(start, grow, limit.max_rows))
-        return {**start, **latest}
+        end = {**start, **latest}
+        if end != start:
+            self._last_trigger = now
+        return end
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         return plan(self.opts, start, end)

@@ -1,4 +1,4 @@
-"""Shared by the job scripts: a SparkSession with the streamwal data source registered.
+"""Shared by the job scripts: a SparkSession, and the discovery flags.
 
 The scripts are plain files for `spark-submit` (not a package); each adds this folder to
 sys.path implicitly because spark-submit runs the script from it.
@@ -10,13 +10,10 @@ import argparse
 
 from pyspark.sql import SparkSession
 
-from streamwal.spark.source import StreamwalDataSource
-
 
 def session(app: str) -> SparkSession:
-    spark = SparkSession.builder.appName(app).getOrCreate()
-    spark.dataSource.register(StreamwalDataSource)
-    return spark
+    """format("streamwal") needs no registration: PySpark finds pyspark_streamwal."""
+    return SparkSession.builder.appName(app).getOrCreate()
 
 
 def discovery_args(parser: argparse.ArgumentParser) -> None:

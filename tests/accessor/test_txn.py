@@ -10,9 +10,9 @@ import pytest
 
 from streamwal.client.node_client import NodeClient
 from streamwal.errors import (
-    Inner,
     InvalidArgument,
     InvalidTransactionState,
+    ResourceExhausted,
     TransactionExpired,
 )
 from streamwal.ids import decode_offset
@@ -169,7 +169,7 @@ async def test_txn_limits(start_node, pchannel) -> None:  # noqa: F811
                 await big.append(b"b" * 600)
             await big.append(b"c" * 100)  # the refused append left the txn usable
             second = await producer.begin_txn(vch)
-            with pytest.raises(Inner, match="--txn-max-open"):
+            with pytest.raises(ResourceExhausted, match="--txn-max-open"):
                 await producer.begin_txn(vch)
             await second.rollback()
             third = await producer.begin_txn(vch)  # a slot came free

@@ -7,9 +7,9 @@ import pytest
 
 from streamwal.client.consumed import ConsumedBatch
 from streamwal.errors import (
-    Inner,
     InvalidArgument,
     InvalidTransactionState,
+    ResourceExhausted,
     TransactionExpired,
 )
 from streamwal.node import delivery, records
@@ -94,7 +94,7 @@ def test_limits() -> None:
     assert t.take(STREAM, a.txn_id, 1, now=0).count == 1  # the refused append left no trace
     t.begin(STREAM, "p", 1, "p_v", 1.0, now=0)
     t.begin(STREAM, "p", 1, "p_v", 1.0, now=0)
-    with pytest.raises(Inner, match="--txn-max-open"):
+    with pytest.raises(ResourceExhausted, match="--txn-max-open"):
         t.begin(STREAM, "p", 1, "p_v", None, now=0.5)
     t.begin(STREAM, "p", 1, "p_v", None, now=2.0)  # the expired ones were swept
     with pytest.raises(InvalidArgument, match="keepalive"):

@@ -35,11 +35,14 @@ StartNode = Callable[..., LocalNode]
 
 @pytest.fixture
 def start_node(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[StartNode]:
-    """start_node(name="n1", *args, node_id=1): a serving LocalNode with flags `args`."""
+    """start_node(name="n1", *args, node_id=1, env=None): a serving LocalNode with flags
+    `args` (and STREAMWAL_NODE_* variables in `env`)."""
     nodes: list[LocalNode] = []
 
-    def start(name: str = "n1", *args: str, node_id: int = 1) -> LocalNode:
-        node = LocalNode(tmp_path / name, node_id=node_id, extra_args=tuple(args))
+    def start(
+        name: str = "n1", *args: str, node_id: int = 1, env: dict[str, str] | None = None
+    ) -> LocalNode:
+        node = LocalNode(tmp_path / name, node_id=node_id, extra_args=tuple(args), env=env)
         nodes.append(node)
         return node.start(timeout=60)
 
@@ -68,3 +71,12 @@ async def client(node: LocalNode) -> AsyncIterator[NodeClient]:
 def pchannel() -> str:
     """A fresh pchannel name per test."""
     return f"pch-{next(_names)}"
+
+
+@pytest.fixture
+async def bystander(client: NodeClient):
+    """A caller on its own pchannel for the whole test (helpers.served_throughout)."""
+    from tests.node.helpers import served_throughout
+
+    async with served_throughout(client) as b:
+        yield b

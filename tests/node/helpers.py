@@ -8,11 +8,12 @@ are skipped wherever the tests count data.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import struct
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -26,6 +27,7 @@ from streamwal.ids import decode_offset
 from streamwal.message import PROP_TERM, PROP_TIME_TICK, PROP_TYPE, MsgType
 from streamwal.proto import streaming_pb2 as pb
 from streamwal.transport import make_channel
+from tests.support import wait_for
 
 TICK_TYPE = str(int(MsgType.TimeTick))
 HANDLER = "/milvus.proto.streaming.StreamingNodeHandlerService/"
@@ -108,6 +110,59 @@ async def expect_nothing(consumer: Consumer, seconds: float) -> None:
     except AssertionError:
         return
     raise AssertionError(f"unexpected message {msgs[0]!r}")
+
+
+class Bystander:
+    """Produces a batch every few milliseconds and reads it back, on its own pchannel:
+    whatever a test does to the node, this caller must be served throughout (the
+    `bystander` fixture checks it at teardown)."""
+
+    def __init__(self, client: NodeClient, pchannel: str = "bystander") -> None:
+        self.client = client
+        self.pchannel = pchannel
+        self.acked: list[bytes] = []
+        self.stop = asyncio.Event()
+
+    async def run(self) -> None:
+        await self.client.assign(self.pchannel, 1)
+        producer = await self.client.producer(self.pchannel, 1)
+        i = 0
+        while not self.stop.is_set() and i < 2000:
+            payloads = [b"by%d.%d" % (i, k) for k in range(5)]
+            await asyncio.wait_for(producer.send_many(payloads), 10)
+            self.acked += payloads
+            i += 1
+            await asyncio.sleep(0.01)
+        await producer.close()
+
+    async def verify(self) -> None:
+        consumer = await self.client.consumer(self.pchannel, 1, DeliverPolicy.all())
+        got = await read_data(consumer, len(self.acked), timeout=30)
+        await consumer.close()
+        assert [m.payload for m in got] == self.acked
+
+
+@contextlib.asynccontextmanager
+async def served_throughout(
+    client: NodeClient, pchannel: str = "bystander"
+) -> AsyncIterator[Bystander]:
+    """A Bystander on `client`'s node for the block; after it, the bystander must get five
+    more batches acknowledged (within 30 s: the node still serves), every batch it sent
+    must read back in order, and the node be healthy."""
+    b = Bystander(client, pchannel)
+    task = asyncio.ensure_future(b.run())
+    await asyncio.sleep(0.2)
+    yield b
+    after = len(b.acked) + 25  # five batches of five
+    await wait_for(
+        lambda: len(b.acked) >= after or task.done(), 30, what="the bystander's next batches"
+    )
+    assert len(b.acked) >= after, "the bystander stopped: the node stalled"
+    b.stop.set()
+    await asyncio.wait_for(task, 30)
+    await b.verify()
+    states = await client.component_states()
+    assert states.state.state_code == 1  # Healthy
 
 
 # -- seed-style raw streams (what a client generated from the seed sends) ------------------

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 
 import grpc
 import pytest
@@ -19,56 +18,15 @@ from streamwal import wire
 from streamwal.client import encoding
 from streamwal.client.node_client import NodeClient
 from streamwal.client.policy import DeliverFilter, DeliverPolicy
-from streamwal.errors import Code, InvalidArgument, StreamingError
+from streamwal.errors import Code, InvalidArgument, ResourceExhausted, StreamingError
 from streamwal.grpc_errors import from_trailing
 from streamwal.proto import streaming_pb2 as pb
 from streamwal.testing.local_node import LocalNode
 from streamwal.transport import make_channel
-from tests.node.helpers import HANDLER, read_data
+from tests.node.helpers import HANDLER, RawProducer, read_data, read_log
 
 MANAGER = "/milvus.proto.streaming.StreamingNodeManagerService/"
 MIB = 1024 * 1024
-
-
-class Bystander:
-    """Produces a batch every few milliseconds and reads it back, on its own pchannel."""
-
-    def __init__(self, client: NodeClient) -> None:
-        self.client = client
-        self.acked: list[bytes] = []
-        self.stop = asyncio.Event()
-
-    async def run(self) -> None:
-        await self.client.assign("bystander", 1)
-        producer = await self.client.producer("bystander", 1)
-        i = 0
-        while not self.stop.is_set() and i < 2000:
-            payloads = [b"by%d.%d" % (i, k) for k in range(5)]
-            await asyncio.wait_for(producer.send_many(payloads), 10)
-            self.acked += payloads
-            i += 1
-            await asyncio.sleep(0.01)
-        await producer.close()
-
-    async def verify(self) -> None:
-        assert len(self.acked) >= 25, "the bystander barely ran: the node stalled"
-        consumer = await self.client.consumer("bystander", 1, DeliverPolicy.all())
-        got = await read_data(consumer, len(self.acked), timeout=30)
-        await consumer.close()
-        assert [m.payload for m in got] == self.acked
-
-
-@pytest.fixture
-async def bystander(client: NodeClient) -> AsyncIterator[Bystander]:
-    b = Bystander(client)
-    task = asyncio.ensure_future(b.run())
-    await asyncio.sleep(0.2)
-    yield b
-    b.stop.set()
-    await asyncio.wait_for(task, 30)
-    await b.verify()
-    states = await client.component_states()
-    assert states.state.state_code == 1  # Healthy
 
 
 def _raw_stream(address: str, method: str, metadata=()) -> tuple[aio.Channel, aio.StreamStreamCall]:
@@ -403,17 +361,25 @@ def _port_header(pch: str, term: int = 1) -> bytes:
 
 
 @pytest.mark.parametrize(
-    "data, text",
+    "data, error, text",
     [
-        (b"\x00\x00\x00\x02\x63ab", "unknown frame kind 99"),
-        (b"\xff\xff\xff\xff\x01", "over the 268435456-byte limit"),
-        (wire.frame(wire.PRODUCE_REQUEST, b""), "the first frame must be CREATE_PRODUCER"),
-        (wire.frame(wire.CREATE_PRODUCER, b"\xff\xff\xff"), "garbled CreateProducerRequest"),
+        (b"\x00\x00\x00\x02\x63ab", InvalidArgument, "unknown frame kind 99"),
+        (b"\xff\xff\xff\xff\x01", ResourceExhausted, "over the limit (--max-frame-size)"),
+        (
+            wire.frame(wire.PRODUCE_REQUEST, b""),
+            InvalidArgument,
+            "the first frame must be CREATE_PRODUCER",
+        ),
+        (
+            wire.frame(wire.CREATE_PRODUCER, b"\xff\xff\xff"),
+            InvalidArgument,
+            "garbled CreateProducerRequest",
+        ),
     ],
 )
-async def test_bad_frames_on_the_produce_port(client, bystander, data, text) -> None:
+async def test_bad_frames_on_the_produce_port(client, bystander, data, error, text) -> None:
     err = _port_error(await _port_exchange(client, data))
-    assert isinstance(err, InvalidArgument) and text in str(err)
+    assert isinstance(err, error) and text in str(err)
 
 
 async def test_a_malformed_request_on_the_produce_port_ends_only_its_stream(
@@ -455,3 +421,128 @@ async def test_a_stale_term_on_the_produce_port_is_refused(client, bystander, pc
     await client.assign(pchannel, 2)
     err = _port_error(await _port_exchange(client, _port_header(pchannel, 1)))
     assert err.code == Code.STREAMING_CODE_UNMATCHED_CHANNEL_TERM and "stale" in str(err)
+
+
+# -- issue 23: what one request could do to a node, and gets now -----------------------------
+
+
+async def test_an_assign_past_the_offset_range_is_refused_and_stops_nothing(
+    client, bystander, pchannel
+) -> None:
+    """An Assign with min_next_offset 2^64-1 used to be taken; the pchannel's next time
+    tick then overflowed the record key and stopped every write of the node."""
+    for bad in (2**64 - 1, 2**62 + 1):
+        with pytest.raises(
+            InvalidArgument, match=r"min_next_offset must be 0\.\.4611686018427387904"
+        ):
+            await client.assign(pchannel, 1, min_next_offset=bad)
+    status = await client.collect_status()
+    assert pchannel not in [s.pchannel.name for s in status.channels]
+    await client.assign(pchannel, 1, min_next_offset=2**62)  # the largest start allowed
+    await asyncio.sleep(0.6)  # the idle time tick of the new pchannel is written meanwhile
+    producer = await client.producer(pchannel, 1)
+    first = await asyncio.wait_for(producer.send(b"high"), 10)
+    assert first.offset > 2**62
+    await producer.close()
+
+
+async def _refused_type(node: LocalNode, client: NodeClient, pchannel: str) -> list[str]:
+    """`_t = "abc"` sent every way a producer can: each refused, naming the property."""
+    causes = []
+    raw = RawProducer(node.address, pchannel, 1)  # the seed's per-message produce (gRPC)
+    await raw.open()
+    resp = await raw.send(b"poison", {"_t": "abc"})
+    causes.append(resp.error.cause)
+    await raw.close()
+    async with NodeClient(node.address, produce_port=False) as grpc_client:
+        for c in (client, grpc_client):  # batches, on either transport
+            causes += await _refused_batch_and_txn(c, pchannel)
+    return causes
+
+
+async def _refused_batch_and_txn(client: NodeClient, pchannel: str) -> list[str]:
+    producer = await client.producer(pchannel, 1)
+    transport = producer.transport
+    entry = encoding.encode_entry(b"poison", encoding.encode_properties({"_t": "abc"}))
+    with pytest.raises(InvalidArgument) as batch:
+        await producer.send_batch([encoding.encode_entry(b"fine"), entry])
+    txn = await producer.begin_txn(f"{pchannel}_v0")
+    with pytest.raises(InvalidArgument) as append:
+        await txn.append(b"poison", properties={"_t": "12345678901"})
+    await txn.rollback()
+    await producer.close()
+    return [f"{transport}: {batch.value}", f"{transport}: {append.value}"]
+
+
+async def test_a_reserved_property_with_a_bad_value_never_reaches_the_log(
+    node: LocalNode, client, bystander, pchannel
+) -> None:
+    """A raw Produce with `_t = "abc"` used to be acknowledged; every reader (the CLI
+    consume, the Spark source) then crashed at its offset, forever."""
+    await client.assign(pchannel, 1)
+    causes = await _refused_type(node, client, pchannel)
+    assert [c.split(":")[0] for c in causes[1:]] == ["produce port"] * 2 + ["gRPC"] * 2
+    abc, long = [causes[0], causes[1], causes[3]], [causes[2], causes[4]]
+    assert all("property _t is 'abc', not a message type code" in c for c in abc), causes
+    assert all("message 1: property" in c for c in abc[1:]), causes  # the batch's 2nd
+    assert all("property _t is '12345678901'" in c for c in long), causes
+    raw = RawProducer(node.address, pchannel, 1)
+    await raw.open()
+    good = await raw.send_ok(b"typed", {"_t": "401", "_bid": "other reserved keys pass"})
+    await raw.close()
+    got = await read_log(client, pchannel, 1)
+    assert [(m.offset, m.payload, m.msg_type) for m in got] == [(good, b"typed", 401)]
+    assert got[0].properties["_bid"] == "other reserved keys pass"
+
+
+def test_a_bad_stored_type_is_a_clear_error_for_a_reader() -> None:
+    """A `_t` stored before the node checked it: the reader says so instead of crashing."""
+    from streamwal.client.consumed import ConsumedMessage
+
+    bad = ConsumedMessage(7, 1, 100, pb.Message(properties={"_t": "abc"}))
+    with pytest.raises(InvalidArgument, match="message at offset 7: property _t is 'abc'"):
+        _ = bad.msg_type
+    assert ConsumedMessage(8, 1, 101, pb.Message(properties={"_t": ""})).msg_type == 400
+
+
+async def test_a_huge_txn_keepalive_is_refused_and_the_stream_goes_on(client, pchannel) -> None:
+    """A keepalive of 2^64-1 used to end the stream with OK and no answer."""
+    await client.assign(pchannel, 1)
+    vch = f"{pchannel}_v0"
+    producer = await client.producer(pchannel, 1)
+    huge = pb.TxnRequest(begin=pb.TxnBegin(vchannel=vch, keepalive_ms=2**64 - 1))
+    with pytest.raises(InvalidArgument, match="keepalive_ms 18446744073709551615 is over"):
+        await producer.txn_request(huge)
+    txn = await producer.begin_txn(vch)  # the stream is still served
+    await txn.append(b"t")
+    assert (await txn.commit()).count == 1
+    await producer.close()
+
+
+async def test_one_stream_cannot_take_every_txn_of_the_node(start_node, pchannel) -> None:
+    """One stream opening 1,023 txns used to leave every other caller INTERNAL errors: a
+    stream holds 64 at most (--txn-max-open-per-stream), and over the node's limit a
+    begin is RESOURCE_EXHAUSTED naming it."""
+    node = start_node("n1", "--txn-max-open", "70")
+    vch = f"{pchannel}_v0"
+    async with NodeClient(node.address) as c:
+        await c.assign(pchannel, 1)
+        greedy = await c.producer(pchannel, 1)
+        txns = []
+        with pytest.raises(StreamingError) as info:
+            while len(txns) < 70:
+                txns.append(await greedy.begin_txn(vch))
+        assert len(txns) == 64
+        assert isinstance(info.value, ResourceExhausted), info.value
+        assert "the limit per stream" in str(info.value)
+        assert "(--txn-max-open-per-stream)" in str(info.value)
+        other = await c.producer(pchannel, 1)
+        mine = [await other.begin_txn(vch) for _ in range(6)]
+        with pytest.raises(ResourceExhausted, match=r"holds 70 open txns, its limit.*max-open\)"):
+            await other.begin_txn(vch)
+        await txns[0].append(b"t")
+        assert (await txns[0].commit()).count == 1
+        await mine[0].append(b"m")
+        assert (await mine[0].commit()).count == 1
+        await greedy.close()
+        await other.close()

@@ -197,3 +197,34 @@ def test_the_inline_rule() -> None:
     rule.observe(11.95, 0.0005)  # a fast one does not end the hold early
     assert not rule.inline(11.99, 100, contended=False)
     assert rule.inline(12.01, 100, contended=False)
+
+
+async def test_a_group_that_cannot_be_prepared_fails_only_its_channel(store: _Store) -> None:
+    """One item that cannot be prepared (an offset past 2^64, say) fails its channel's
+    items and those queued behind them; the other channels of the group commit, and the
+    committer goes on (it used to stop every write of the node)."""
+    groups: list[list[_Item]] = []
+    c = _committer(store, groups)
+    prepare = c._prepare
+
+    def picky(group: list[_Item], wb) -> None:
+        if any(item.channel == "bad" for item in group):
+            raise OverflowError("int too large to convert")
+        prepare(group, wb)
+
+    c._prepare = picky
+    items = [_Item(b"a1", b"1"), _Item(b"b1", b"2"), _Item(b"a2", b"3"), _Item(b"c1", b"4")]
+    for item, channel in zip(items, ["a", "bad", "a", "c"], strict=True):
+        item.channel = channel
+        c.submit(item)
+    gathered = asyncio.gather(*(i.future for i in items), return_exceptions=True)
+    results = await asyncio.wait_for(gathered, 5)
+    assert isinstance(results[1], OverflowError)
+    assert [r for i, r in enumerate(results) if i != 1] == [None, None, None]
+    assert [store._db[k] for k in (b"a1", b"a2", b"c1")] == [b"1", b"3", b"4"]
+    assert store._db.get(b"b1") is None
+    later = _Item(b"a3", b"5")
+    later.channel = "a"
+    c.submit(later)
+    await asyncio.wait_for(later.future, 5)
+    await c.close()

@@ -45,6 +45,9 @@ def test_varint_refuses_negative_numbers() -> None:
         (0, 5, 0, 0, False),
         (300, 2**40, 16384, 2**53 + 7, True),
         (2**35, 12345, 8192, 470675927692214272, False),
+        (-1411, 3, 1, 7, False),  # int64 request ids may be negative (found by the fuzzer)
+        (-(2**63), 3, 1, 7, False),
+        (2**63 - 1, 3, 1, 7, False),
     ],
 )
 def test_the_nodes_batch_answer_equals_protoc(

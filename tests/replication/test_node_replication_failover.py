@@ -22,6 +22,7 @@ from tests.replication.helpers import (
     status,
     wait_identical,
 )
+from tests.support import wait_for
 
 
 def _rank(f) -> tuple[int, int]:
@@ -48,6 +49,12 @@ async def test_kill_leader_new_leader_keeps_every_acknowledged_message(
     acked = []
     for i in range(30):
         acked += await producer.send_many([b"q%d-%d" % (i, j) for j in range(20)])
+
+    async def both_followers_have_them() -> bool:  # a quorum needs one; the test, both
+        s = await status(clients[1], pchannel)
+        return s is not None and all(p.acked_offset > acked[-1].offset for p in s.replicas)
+
+    await wait_for(both_followers_have_them, 30, 0.05, "both followers caught up")
     # both followers stop; the old leader alone takes LEADER-level appends. The followers
     # get at most a window of them (WINDOW_BYTES, buffered in sockets): the rest is
     # stranded on the old leader, never committed.

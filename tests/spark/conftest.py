@@ -29,8 +29,6 @@ os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 def spark():
     from pyspark.sql import SparkSession
 
-    from streamwal.spark.source import StreamwalDataSource
-
     session = (
         SparkSession.builder.master("local[2,2]")
         .appName("streamwal-tests")
@@ -42,8 +40,7 @@ def spark():
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
-    session.dataSource.register(StreamwalDataSource)
-    yield session
+    yield session  # format("streamwal") registers itself (the pyspark_streamwal module)
     session.stop()
 
 

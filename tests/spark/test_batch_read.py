@@ -142,3 +142,36 @@ def test_fail_on_data_loss_both_ways(spark, start_node):
     assert first <= kept < max(produced)
     assert set(rows) == {("loss_0", o) for o in produced if o >= kept}
     assert max(o for _, o in rows) == max(produced)
+
+
+def test_timestamps_pick_the_messages_at_or_after_them(spark, two_pchannels):
+    node, _ = two_pchannels
+    assign(node.address, 1, "rt_0")
+    before = produce(node.address, "rt_0", 300, prefix="before")
+    time.sleep(0.05)
+    middle = int(time.time() * 1000)  # ms: a time tick's physical part
+    time.sleep(0.05)
+    after = produce(node.address, "rt_0", 200, prefix="after")
+
+    def offsets(**options) -> set[int]:
+        return {o for _, o in rows_by_key(read(spark, node, pchannels="rt_0", **options))}
+
+    assert offsets(startingTimestamp=str(middle)) == set(after)
+    assert offsets(endingTimestamp=str(middle)) == set(before)
+    # Kafka's nested {"topic": {"partition": ...}} names pchannel topic_partition
+    nested = json.dumps({"rt": {"0": middle}})
+    assert offsets(startingOffsetsByTimestamp=nested) == set(after)
+    assert offsets(startingOffsets=json.dumps({"rt": {"0": min(after)}})) == set(after)
+    later = str(int(time.time() * 1000) + 3_600_000)  # nothing is that new
+    with pytest.raises((AnalysisException, PySparkException), match="no message at or after"):
+        read(spark, node, pchannels="rt_0", startingTimestamp=later).collect()
+    assert not offsets(startingTimestamp=later, startingOffsetsByTimestampStrategy="latest")
+
+
+def test_a_pchannel_that_does_not_exist_fails_at_once(spark, two_pchannels):
+    node, _ = two_pchannels
+    started = time.monotonic()
+    with pytest.raises((AnalysisException, PySparkException)) as err:
+        read(spark, node, pchannels="ra_0,ra_9").collect()
+    assert "no such pchannel: ra_9" in str(err.value)
+    assert time.monotonic() - started < 30  # not the 60 s discovery timeout

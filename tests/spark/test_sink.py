@@ -7,12 +7,13 @@ import gc
 import logging
 import time
 
+import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 
 from streamwal.client.sync import SyncNodeClient
-from streamwal.spark.options import DiscoveryConfig
-from streamwal.spark.sink import SinkOptions, run_write
+from streamwal.spark.options import DiscoveryConfig, SinkOptions
+from streamwal.spark.sink import run_write
 from tests.spark.helpers import assign, produce
 
 
@@ -65,14 +66,15 @@ def test_a_retried_task_does_not_duplicate_what_its_first_attempt_appended(start
                        columns=("payload",))  # fmt: skip
 
     def rows(fail_at: int | None):
-        for i in range(4000):
-            if i == fail_at:
+        """Arrow batches of 100 rows, as Spark hands them to the writer."""
+        for lo in range(0, 4000, 100):
+            if lo == fail_at:
                 deadline = time.monotonic() + 30
                 while appended(node.address, "sk_retry") < 2000:
                     assert time.monotonic() < deadline, "first batches never acknowledged"
                     time.sleep(0.05)
                 raise RuntimeError("injected task failure")
-            yield (str(i).encode(),)
+            yield pa.RecordBatch.from_pydict({"payload": [b"%d" % i for i in range(lo, lo + 100)]})
 
     with pytest.raises(RuntimeError, match="injected"):
         run_write(opts, "w1", rows(fail_at=2500))

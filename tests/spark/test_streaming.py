@@ -84,3 +84,47 @@ def test_checkpoint_behind_retention_fails_or_skips(spark, start_node, tmp_path,
         assert len(offsets) == len(set(offsets))
         assert max(offsets) == max(later)  # read on past the hole, up to the end
         assert len([o for o in offsets if o in later]) < len(later)
+
+
+def test_min_offsets_per_trigger_holds_small_batches_back(spark, start_node, tmp_path):
+    """maxTriggerDelay's release is decided by offsets.delay_trigger (tested on its own);
+    here the hold itself, in a running query."""
+    node = start_node("n1")
+    assign(node.address, 1, "mt_0")
+    produce(node.address, "mt_0", 300, prefix="a")
+    query = (
+        spark.readStream.format("streamwal")
+        .option("nodes", node.address)
+        .option("pchannels", "mt_0")
+        .option("startingOffsets", "earliest")
+        .option("minOffsetsPerTrigger", "1000")
+        .option("maxTriggerDelay", "1h")
+        .load()
+        .writeStream.format("memory")
+        .queryName("min_trigger")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+
+    def rows() -> int:
+        assert query.exception() is None
+        return spark.sql("select count(*) from min_trigger").first()[0]
+
+    def wait_rows(n: int) -> None:
+        deadline = time.monotonic() + 60
+        while rows() < n:
+            assert time.monotonic() < deadline, f"{rows()} rows, waiting for {n}"
+            time.sleep(0.1)
+
+    try:
+        wait_rows(300)  # the first micro-batch is never held
+        produce(node.address, "mt_0", 300, prefix="b")
+        time.sleep(3)  # ~15 triggers
+        assert rows() == 300  # 300 new offsets (and some time ticks): below the minimum
+        produce(node.address, "mt_0", 800, prefix="c")
+        wait_rows(1400)
+    finally:
+        query.stop()
+    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert sizes == [300, 1100]
