@@ -85,15 +85,7 @@ class Channel:
         following = ""
         if self.replica is not None and not isinstance(self.replica, LeaderRole):
             following = self.replica.leader_address
-        return Fence(
-            self.meta.term,
-            self.meta.serving,
-            self.recovering,
-            self.meta.assigned_term == self.meta.term,
-            following,
-            self.taking,
-            self.damage,
-        )
+        return Fence.of(self.meta, self.recovering, following, self.taking, self.damage)
 
     @property
     def visible_next(self) -> int:

@@ -337,15 +337,7 @@ class PChannelCore:
         if isinstance(self.role, Following):
             leader = self.role.leader
             following = f"node {leader.node_id} at {leader.address}"
-        return Fence(
-            self.meta.term,
-            self.meta.serving,
-            self.recovering,
-            self.meta.assigned_term == self.meta.term,
-            following,
-            self.taking,
-            self.damage,
-        )
+        return Fence.of(self.meta, self.recovering, following, self.taking, self.damage)
 
     @property
     def visible_next(self) -> int:

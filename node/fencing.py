@@ -18,6 +18,7 @@ from streamwal.errors import (
     InvalidArgument,
     UnmatchedChannelTerm,
 )
+from streamwal.node.channel_meta import ChannelMeta
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,12 @@ class Fence:
     # Why the log here lacks acknowledged records, if it does: nobody is served until it
     # is rebuilt from a replica or the loss is accepted (Wal.assign).
     damage: str = ""
+
+    @staticmethod
+    def of(meta: ChannelMeta, recovering: bool, following: str, taking: int, damage: str) -> Fence:
+        """The fence of a pchannel from its persisted meta and what the node holds now."""
+        assigned = meta.assigned_term == meta.term
+        return Fence(meta.term, meta.serving, recovering, assigned, following, taking, damage)
 
 
 class AssignOutcome(Enum):
