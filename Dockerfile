@@ -14,6 +14,7 @@ COPY operator/ operator/
 COPY client/ client/
 COPY spark/ spark/
 COPY bench/ bench/
+COPY testing/ testing/
 # A regular (not editable) install into a virtualenv that the runtime stage copies whole.
 # The `kube` extra (kopf, the kubernetes client) is what `streamwal operator` needs.
 RUN python -m venv /opt/streamwal \

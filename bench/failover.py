@@ -20,12 +20,14 @@ import asyncio
 import contextlib
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 from streamwal.errors import StreamingError
 from streamwal.testing.history import Acked, check, payload
 
+T = TypeVar("T")
 IN_FLIGHT = 4
 PROBE_S = 0.25
 GRACE_S = 1.0
@@ -70,6 +72,18 @@ class _Sender:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         with contextlib.suppress(StreamingError):
             await asyncio.wait_for(self.producer.close(), 10)
+
+
+async def _read_back(read: Callable[[], Awaitable[T]], timeout: float) -> T:
+    """`read()`, again while a node just restarted does not answer yet (bounded)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return await read()
+        except StreamingError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
 
 
 async def _until(check: Callable[[], object], timeout: float, what: str) -> None:
@@ -118,7 +132,8 @@ async def failover_windows(
         await sender.close()
         await _until(lambda: cluster.replicas_healthy(name, max_lag=1000), 60, "replicas")
         members = {m.server_id: m.address for m in (await cluster.describe())[name].members}
-        verdict = check(await read_replicas(members, name), sender.acked)
+        logs = await _read_back(lambda: read_replicas(members, name), 30)
+        verdict = check(logs, sender.acked)
     finally:
         if sender is not None:
             await sender.close()

@@ -74,7 +74,17 @@ def test_a_wheel_built_from_the_folders_carries_the_module(tmp_path):
     src.mkdir()
     shutil.copy(ROOT / "pyproject.toml", src)
     shutil.copy(ROOT / "README.md", src)
-    for folder in ("common", "proto", "node", "coord", "operator", "client", "spark", "bench"):
+    for folder in (
+        "common",
+        "proto",
+        "node",
+        "coord",
+        "operator",
+        "client",
+        "spark",
+        "bench",
+        "testing",
+    ):
         shutil.copytree(ROOT / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
