@@ -57,6 +57,12 @@ class CoordMetrics:
             "Streaming nodes answering probes.",
             registry=self.registry,
         )
+        self.nodes_held = Gauge(
+            "streamwal_coord_nodes_held",
+            "Nodes past their grace that the loss policy does not declare lost (too many "
+            "at once, or too soon after the last loss).",
+            registry=self.registry,
+        )
         self.replica_acked = Gauge(
             "streamwal_replica_acked_offset",
             "Replicated pchannels: every offset below is stored and synced on that replica "

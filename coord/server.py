@@ -20,6 +20,7 @@ from streamwal import transport
 from streamwal.coord.broadcast_service import BroadcastService
 from streamwal.coord.coordinator import CoordConfig, Coordinator
 from streamwal.coord.meta_store import LocalMetaStore
+from streamwal.coord.pinger import Pinger
 from streamwal.errors import InvalidArgument, StreamingError
 from streamwal.grpc_errors import abort as _abort
 from streamwal.proto import broadcast_pb2_grpc as bpbg
@@ -191,7 +192,7 @@ async def serve(
 ) -> None:
     """Run a coord until SIGTERM / SIGINT."""
     store = LocalMetaStore(meta_dir, forget_missing=forget_missing_meta)
-    coord = Coordinator(store, config)
+    coord = Coordinator(store, config, pinger=Pinger(config.probe_interval, config.max_loop_stall))
     await coord.start()
     server, health_servicer, port = await start_grpc(coord, listen)
     if metrics_address:

@@ -20,6 +20,7 @@ from streamwal.node.groups import GroupService
 from streamwal.node.grpc_limits import CallLimits, server_options
 from streamwal.node.log_store import LogStore
 from streamwal.node.metrics import NodeMetrics
+from streamwal.node.probe_port import ProbePort
 from streamwal.node.produce_port import ProducePort
 from streamwal.node.service import NodeService
 from streamwal.node.wal import Wal
@@ -71,6 +72,7 @@ class NodeServer:
         self._server = None
         self._metrics_server = None
         self._produce_port: ProducePort | None = None
+        self._probe_port: ProbePort | None = None
 
     def _open_store(self) -> LogStore:
         """The node's store, salvaged first when damage was found (node/salvage.py), and
@@ -132,6 +134,7 @@ class NodeServer:
         if self.port == 0:
             raise StartupError(f"cannot listen on {cfg.listen} (--listen)")
         await self._open_produce_port()
+        await self._open_probe_port()
         await server.start()
         self._server = server
         self.metrics.watch_limits(limits.configured(cfg), self._limit_usage)
@@ -191,6 +194,20 @@ class NodeServer:
         except OSError as exc:
             raise StartupError(f"cannot listen on {where} (--produce-listen): {exc}") from None
 
+    async def _open_probe_port(self) -> None:
+        """The probe port (node/probe_port.py), unless turned off; CollectStatus names it."""
+        where = self.config.probe_listen
+        if where == "off":
+            return
+        if where == "auto":
+            where = f"{self.config.listen.rpartition(':')[0]}:0"
+        self._probe_port = ProbePort(self.config.node_id, self.transport)
+        try:
+            await self._probe_port.start(where)
+        except OSError as exc:
+            raise StartupError(f"cannot listen on {where} (--probe-listen): {exc}") from None
+        self.service.probe_port = self._probe_port.port
+
     def _info_handler(self) -> grpc.GenericRpcHandler:
         async def describe(_request, _context) -> wire_pb2.DescribeNodeResponse:
             return wire_pb2.DescribeNodeResponse(
@@ -228,6 +245,8 @@ class NodeServer:
             except TimeoutError:
                 clean = False
                 log.error("stop phase timed out", extra={"phase": phase, "seconds": deadline})
+        if self._probe_port is not None:
+            await self._probe_port.stop()
         if clean:
             self.store.close()
         if self._metrics_server:

@@ -428,16 +428,18 @@ class StreamingNodeBalanceAttributes(_message.Message):
     def __init__(self) -> None: ...
 
 class StreamingNodeManagerCollectStatusResponse(_message.Message):
-    __slots__ = ("balance_attributes", "server_id", "channels", "wall_time_ms")
+    __slots__ = ("balance_attributes", "server_id", "channels", "wall_time_ms", "probe_port")
     BALANCE_ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
     SERVER_ID_FIELD_NUMBER: _ClassVar[int]
     CHANNELS_FIELD_NUMBER: _ClassVar[int]
     WALL_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    PROBE_PORT_FIELD_NUMBER: _ClassVar[int]
     balance_attributes: StreamingNodeBalanceAttributes
     server_id: int
     channels: _containers.RepeatedCompositeFieldContainer[PChannelStatus]
     wall_time_ms: int
-    def __init__(self, balance_attributes: _Optional[_Union[StreamingNodeBalanceAttributes, _Mapping]] = ..., server_id: _Optional[int] = ..., channels: _Optional[_Iterable[_Union[PChannelStatus, _Mapping]]] = ..., wall_time_ms: _Optional[int] = ...) -> None: ...
+    probe_port: int
+    def __init__(self, balance_attributes: _Optional[_Union[StreamingNodeBalanceAttributes, _Mapping]] = ..., server_id: _Optional[int] = ..., channels: _Optional[_Iterable[_Union[PChannelStatus, _Mapping]]] = ..., wall_time_ms: _Optional[int] = ..., probe_port: _Optional[int] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
     __slots__ = ("pchannel", "from_offset", "end_offset")
