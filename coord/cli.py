@@ -252,7 +252,8 @@ def describe(address: str, names: tuple[str, ...], as_json: bool) -> None:
     """Show pchannels (all when no name is given): state, term, node, owner, replicas.
 
     For a replicated pchannel REPLICAS lists its members, the leader starred with its log
-    end, each follower with the offset it acknowledged and its lag behind the leader."""
+    end, each follower with the offset it acknowledged and its lag behind the leader.
+    A pchannel without a leader says why on stderr."""
     from streamwal.proto import coord_pb2 as cpb
     from streamwal.proto import streaming_pb2 as pb
 
@@ -285,6 +286,8 @@ def describe(address: str, names: tuple[str, ...], as_json: bool) -> None:
     for d in response.descriptions:
         if d.data_loss:
             click.echo(f"{d.channel_name}: {d.data_loss}", err=True)
+        elif d.waiting:
+            click.echo(f"{d.channel_name}: no leader: {d.waiting}", err=True)
     sys.stdout.flush()
 
 

@@ -249,6 +249,9 @@ class Coordinator:
                 owner=record.owner,
                 meta=record.meta,
                 data_loss=self.memory.data_loss.get(n, ""),
+                waiting=""
+                if record.meta.state == sm.ASSIGNED
+                else self.memory.waiting.get(n, "an assignment is under way"),
             )
             pl.describe_replication(record, self.memory.reports, description)
             out.append(description)

@@ -348,7 +348,10 @@ def term_change(
     hint = old_leader if old_leader in members else members[0]
 
     record = _copy(before)
-    record.meta.CopyFrom(sm.begin_assignment(before.meta, ctx.ref(hint, before)))
+    record.meta.CopyFrom(
+        sm.begin_assignment(before.meta, ctx.ref(hint, before), reuse_term=_unled(before))
+    )
+    record.unled_term = 0  # from here on an Assign may go out under this term
     del record.members[:]
     record.members.extend(r.to_proto() for r in new_refs)
     del record.previous_members[:]
@@ -394,6 +397,8 @@ def term_change(
             del record.members[:]
             record.members.extend(r.to_proto() for r in new_refs)
     if isinstance(choice, lc.NoChoice):
+        record.unled_term = term  # nothing was assigned under it: the next try reuses it
+        yield Persist(_copy(record), sm.Step.PERSIST_ASSIGNING)
         yield Announce(
             logging.WARNING,
             "no leader chosen",
@@ -439,6 +444,13 @@ def term_change(
         "next_offset": choice.next_offset,
     }
     return Assigned(reason, fields, reason == "handover" and choice.leader == old_leader)
+
+
+def _unled(record: cpb.ChannelRecord) -> bool:
+    """Whether the record's term had an attempt that chose no leader and nothing since:
+    fencing again under it is safe (no node was told to lead or follow under it)."""
+    meta = record.meta
+    return meta.state == sm.ASSIGNING and 0 < meta.channel.term == record.unled_term
 
 
 def rejoin(before: cpb.ChannelRecord, nodes: tuple[int, ...], ctx: Round) -> Saga:
