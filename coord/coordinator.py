@@ -303,11 +303,22 @@ class Coordinator:
                 names.append(check_name(f"{prefix}_{index}"))
             index += 1
         now_ms = int(self.wall() * 1000)
-        for name in names:
-            record = cpb.ChannelRecord(
-                meta=sm.new_channel(name), owner=owner, created_at_ms=now_ms, replicas=replicas
+        # Together: the store writes them in a few flushes (issue 24: one by one, 1,024
+        # took longer than the request's deadline).
+        await asyncio.gather(
+            *(
+                self.records.persist(
+                    name,
+                    cpb.ChannelRecord(
+                        meta=sm.new_channel(name),
+                        owner=owner,
+                        created_at_ms=now_ms,
+                        replicas=replicas,
+                    ),
+                )
+                for name in names
             )
-            await self.records.persist(name, record)
+        )
         log.info(
             "channels created", extra={"channels": names, "role": owner.role, "replicas": replicas}
         )
@@ -414,10 +425,7 @@ class Coordinator:
                 await asyncio.gather(*(self._probe(n) for n in due))
                 self._first_probe.set()
             now = self.clock()
-            for heard in self.pinger.drain() if self.pinger is not None else ():
-                change = self.tracker.heard(heard.node, heard.ok, heard.at, now)
-                if change is not None:
-                    self._on_transition(change.node, change.after)
+            self._feed_pings(now)
             changes = self.tracker.tick(now)
             for change in changes:
                 self._on_transition(change.node, change.after)
@@ -447,11 +455,20 @@ class Coordinator:
             pass
         if self.config.nodes.get(node) != address:
             return  # the node left (or moved) while we asked it
-        change = self.tracker.observe(node, ok, self.clock())
+        now = self.clock()
+        self._feed_pings(now)  # pings that arrived meanwhile count first
+        change = self.tracker.observe(node, ok, now)
         if change is not None:
             self._on_transition(node, change.after)
         if ok and pl.needs_action(node, self._snapshot()):
             self.wake()
+
+    def _feed_pings(self, now: float) -> None:
+        """Hand the pinger's outcomes to the tracker, before anything else is judged."""
+        for heard in self.pinger.drain() if self.pinger is not None else ():
+            change = self.tracker.heard(heard.node, heard.ok, heard.at, now)
+            if change is not None:
+                self._on_transition(change.node, change.after)
 
     def _watch_probe_port(self, node: int, address: str, port: int) -> None:
         """Ping the probe port the node names (on its gRPC host); none: stop pinging."""

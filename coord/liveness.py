@@ -92,6 +92,7 @@ class LivenessTracker:
         self.policy = policy or LossPolicy()
         self._nodes: dict[int, _Track] = {}
         self._last_loss: float | None = None
+        self._last_tick: float | None = None
 
     def track(self, node: int, now: float) -> None:
         """Start tracking `node` (idempotent)."""
@@ -107,6 +108,18 @@ class LivenessTracker:
             for n, t in self._nodes.items()
             if t.last_probe is None or now - t.last_probe >= self.interval
         )
+
+    def _credit_stall(self, now: float) -> None:
+        """Time the coord itself did not run says nothing about the nodes. The coord ticks
+        many times per probe interval; a gap of more than two intervals between ticks is
+        its loop or process starved, and is credited to every node, so a coord that wakes
+        late judges no node by its own absence."""
+        last, self._last_tick = self._last_tick, max(now, self._last_tick or now)
+        if last is None or now - last <= 2 * self.interval:
+            return
+        stalled = now - last - self.interval
+        for track in self._nodes.values():
+            track.since = min(now, track.since + stalled)
 
     def observe(self, node: int, ok: bool, now: float) -> Transition | None:
         """Feed one CollectStatus outcome; returns the state change it caused, if any."""
@@ -130,6 +143,7 @@ class LivenessTracker:
 
     def tick(self, now: float) -> list[Transition]:
         """Age every node without a probe result (a hung probe must still lose a node)."""
+        self._credit_stall(now)
         out = []
         for node, track in sorted(self._nodes.items()):
             change = self._settle(node, track, now)

@@ -128,6 +128,7 @@ def test_losses_are_spaced_by_the_gap_and_a_node_that_answers_is_not_lost():
             t.observe(n, True, now=now)
     assert [c.node for c in t.tick(now=1.5) if c.lost] == [0]
     assert t.held(1.5) == [1] and t.state(1) == Liveness.SUSPECT
+    assert [c.node for c in t.tick(now=2.5) if c.lost] == []
     assert [c.node for c in t.tick(now=3.0) if c.lost] == []
     assert [c.node for c in t.tick(now=3.5) if c.lost] == [1]
     # node 0 comes back; a later loss is again allowed after the gap
@@ -140,3 +141,21 @@ def test_policy_table():
     assert not p.allows(dead=1, nodes=4, last_loss=0.5, now=1.0)
     assert p.allows(dead=2, nodes=4, last_loss=0.0, now=1.0)
     assert not p.allows(dead=3, nodes=4, last_loss=None, now=1.0)
+
+
+def test_a_coord_that_did_not_run_judges_no_node_by_its_own_absence():
+    """The coord's loop (or process) starved for 3 s: when it wakes, its nodes are not
+    lost for the time it was not watching; a node still silent afterwards is."""
+    t = LivenessTracker(interval=0.5, grace=1.5)
+    for n in (1, 2):
+        t.track(n, now=0.0)
+        t.observe(n, True, now=0.0)
+    assert t.tick(now=0.5) == []
+    assert t.tick(now=3.5) == []  # woke up 3 s late: 2.5 s credited
+    assert t.state(1) == Liveness.LIVE
+    t.observe(1, True, now=3.6)
+    lost = {}
+    for step in range(1, 9):  # ticking every 0.25 s again; node 2 stays silent
+        now = 3.5 + step * 0.25
+        lost.update({c.node: now for c in t.tick(now) if c.lost})
+    assert lost == {2: 4.25}  # its last answer (0.0) + the stall (2.5) + the grace (1.5)
