@@ -580,7 +580,7 @@ class Coordinator:
             log.info(
                 "rebalancing", extra={"moves": [(n, s, t and t.server_id) for n, s, t in moves]}
             )
-        await self.executor.run(plan, self._round(seen, plan.leaders))
+        await self.executor.run(plan, self._round(seen, plan.leaders, len(plan)))
 
     def _observe_liveness(self, rechecked: frozenset[str] = frozenset()) -> pl.Observations:
         nodes = set(self.config.nodes)
@@ -591,8 +591,13 @@ class Coordinator:
             rechecked=rechecked,
         )
 
-    def _round(self, seen: pl.Observations, leaders: Mapping[int, int]) -> sagas.Round:
-        """What the sagas of one round share (a copy of the node set: it may change)."""
+    def _round(
+        self, seen: pl.Observations, leaders: Mapping[int, int], jobs: int = 1
+    ) -> sagas.Round:
+        """What the sagas of one round share (a copy of the node set: it may change).
+
+        Its `jobs` run together, so each node answers about jobs / nodes calls at once
+        (times the replicas): the deadlines grow with that share (`Timeouts.scaled`)."""
         return sagas.Round(
             nodes=dict(self.config.nodes),
             alive=seen.alive,
@@ -601,7 +606,7 @@ class Coordinator:
             drained=frozenset(self.avoided()),
             timeouts=sagas.Timeouts(
                 self.config.assign_timeout, self.config.remove_timeout, self.config.fence_timeout
-            ),
+            ).scaled(jobs / max(1, len(seen.live))),
             leaders=dict(leaders),
         )
 

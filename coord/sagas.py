@@ -156,6 +156,9 @@ Saga = Generator[Step, Any, Result]
 # ----------------------------------------------------------------- round context
 
 
+PER_CALL_S = 0.01  # how much longer a deadline gets per call the node answers at once
+
+
 @dataclass(frozen=True)
 class Timeouts:
     assign: float = 5.0
@@ -170,6 +173,13 @@ class Timeouts:
     def remove_lost(self) -> float:
         """A node declared lost gets a short wait: it is most likely down."""
         return min(0.3, self.remove)
+
+    def scaled(self, per_node: float) -> Timeouts:
+        """Deadlines for a round that asks each node about `per_node` things at once:
+        `PER_CALL_S` more each (a node answers a burst one after another; a deadline
+        fit for one call failed most of a failover's calls, issue 24)."""
+        extra = PER_CALL_S * max(0.0, per_node - 1)
+        return Timeouts(self.assign + extra, self.remove + extra, self.fence + extra)
 
 
 @dataclass

@@ -17,6 +17,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import start_http_server
 
 from streamwal import transport
+from streamwal.coord import discovery
 from streamwal.coord.broadcast_service import BroadcastService
 from streamwal.coord.coordinator import CoordConfig, Coordinator
 from streamwal.coord.meta_store import LocalMetaStore
@@ -42,7 +43,11 @@ class AssignmentService(pbg.StreamingCoordAssignmentServiceServicer):
         self.coord = coord
 
     async def AssignmentDiscover(self, request_iterator, context):
-        queue = self.coord.hub.subscribe()
+        metadata = dict(context.invocation_metadata() or ())
+        queue = self.coord.hub.subscribe(
+            deltas=metadata.get(discovery.DELTAS) == "deltas",
+            since=discovery.parse_version(metadata.get(discovery.RESUME_FROM)),
+        )
         closed = asyncio.Event()
 
         async def read_commands() -> None:

@@ -292,3 +292,10 @@ def test_the_most_complete_log_on_a_member_being_replaced_stays_and_leads() -> N
     final = persisted(steps)
     assert final.meta.node.server_id == 1 and [m.server_id for m in final.members] == [1, 2, 3]
     assert isinstance(result, sagas.Assigned) and result.fields["members"] == [1, 2, 3]
+
+
+def test_deadlines_grow_with_what_a_round_asks_of_each_node() -> None:
+    base = sagas.Timeouts(assign=5.0, remove=1.0, fence=2.0)
+    assert base.scaled(1) == base and base.scaled(0) == base
+    big = base.scaled(257)  # 1,024 term changes over 4 nodes
+    assert (big.fence, big.assign, big.remove) == pytest.approx((4.56, 7.56, 3.56))
