@@ -50,7 +50,10 @@ class _Discovery:
         self.messages: list[tuple[float, int]] = []
         self.view: dict[str, tuple[int, int]] = {}
         stub = pbg.StreamingCoordAssignmentServiceStub(channel)
-        self._call = stub.AssignmentDiscover(self._requests())
+        # as the routed client asks: the table once, then deltas
+        self._call = stub.AssignmentDiscover(
+            self._requests(), metadata=[("streamwal-discovery", "deltas")]
+        )
         self._task = asyncio.create_task(self._read())
 
     @staticmethod
@@ -68,6 +71,13 @@ class _Discovery:
                         for a in response.full_assignment.assignments
                         for c in a.channels
                     }
+                elif response.HasField("delta"):
+                    view = dict(self.view)
+                    for name in response.delta.unassigned:
+                        view.pop(name, None)
+                    for a in response.delta.assigned:
+                        view.update({c.name: (a.node.server_id, c.term) for c in a.channels})
+                    self.view = view
 
     def between(self, start: float, end: float) -> tuple[int, int]:
         sizes = [size for at, size in self.messages if start <= at <= end]
@@ -135,7 +145,8 @@ async def scale_case(
             "assignment of every pchannel",
         )
         assigned_s = time.monotonic() - started
-        await asyncio.sleep(2.0)  # steady state
+        await asyncio.sleep(2.0)  # steady state (a leader that reports trouble may move)
+        await _until(lambda: all(n in discovery.view for n in names), PHASE_LIMIT_S, "steady state")
         before = dict(discovery.view)
         leaders: dict[int, list[str]] = {}
         for name in names:
@@ -173,8 +184,16 @@ async def scale_case(
             logs = await _read_back(lambda m=members, n=name: read_replicas(m, n), 30)
             verdict = check(logs, sender.acked)
             lost_acks += 0 if verdict.ok else sum(verdict.counts.values())
-        changes = cluster.coord_events("node liveness changed")
-        healthy_changes = [c for c in changes if c.get("node") != victim]
+        joined: set[int] = set()
+        healthy_changes = []
+        for change in cluster.coord_events("node liveness changed"):
+            node = change.get("node")
+            if node == victim:
+                continue
+            if node not in joined and change.get("liveness") == "live":
+                joined.add(node)  # its first answer: not a change of a healthy node
+            else:
+                healthy_changes.append(change)
         memory = {
             "coord_mb": _rss_mb(cluster.coord_proc.pid if cluster.coord_proc else None),
             "nodes_mb": [

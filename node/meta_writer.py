@@ -7,12 +7,14 @@ writes queued up on the executor, one fsync after another, and answers came afte
 coord's deadline (issue 24). Here every meta written while a write is on the disk goes
 into the next batch: a burst of N costs about two fsyncs, not N. Each caller still
 returns only once its own meta is durable; the latest meta of a pchannel wins within a
-batch (callers hand them in the order they set them).
+batch (callers hand them in the order they set them). The writes run on a thread of
+their own, so no data work queued on the shared executor delays a fence.
 """
 
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 
 from streamwal.node.channel_meta import ChannelMeta
 from streamwal.node.log_store import LogStore
@@ -21,6 +23,9 @@ from streamwal.node.log_store import LogStore
 class MetaWriter:
     def __init__(self, store: LogStore) -> None:
         self.store = store
+        # A thread of its own: fences and assigns never wait behind data reads and writes
+        # queued on the shared executor (catch-up, group commit).
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="meta-writer")
         self._pending: dict[str, ChannelMeta] = {}
         self._waiters: list[asyncio.Future[None]] = []
         self._flusher: asyncio.Task | None = None
@@ -41,7 +46,7 @@ class MetaWriter:
             batch, waiters = self._pending, self._waiters
             self._pending, self._waiters = {}, []
             try:
-                await loop.run_in_executor(None, self.store.save_metas, batch)
+                await loop.run_in_executor(self._executor, self.store.save_metas, batch)
             except Exception as exc:
                 for waiter in waiters:
                     if not waiter.done():
@@ -51,3 +56,9 @@ class MetaWriter:
             for waiter in waiters:
                 if not waiter.done():
                     waiter.set_result(None)
+
+    async def close(self) -> None:
+        """Finish what is pending, then let the thread go."""
+        if self._flusher is not None:
+            await asyncio.gather(self._flusher, return_exceptions=True)
+        self._executor.shutdown(wait=False)

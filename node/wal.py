@@ -246,6 +246,7 @@ class Wal:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._committer.close()
+        await self.metas.close()
         for ch in self.channels.values():
             self.replication.stop_role(ch, None)
             ch.notify()
