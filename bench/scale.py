@@ -154,7 +154,9 @@ async def scale_case(
         victim, moved = max(leaders.items(), key=lambda kv: len(kv[1]))
         say("producers")
         wal = await connect(cluster.coord_address, failover_timeout=60)
-        for name in moved[:sample]:
+        # A single copy on a killed node is gone with it (an unclean move by design):
+        # producers prove "nothing acknowledged lost" on replicated pchannels only.
+        for name in moved[: sample if replicas > 1 else 0]:
             await wal.resolve(name, timeout=30)
             senders.append(_Sender(await wal.producer(name)))
         moment = time.monotonic()

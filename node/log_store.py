@@ -221,14 +221,6 @@ class LogStore:
         raw = self._get(_meta_key(name))
         return None if raw is None else ChannelMeta.from_bytes(raw)
 
-    def save_metas(self, metas: dict[str, ChannelMeta]) -> None:
-        """Pchannels' metas in one write, durable before return whatever the append
-        durability (fences must hold); many at once from node/meta_writer.py."""
-        wb = WriteBatch(raw_mode=True)
-        for name, meta in metas.items():
-            self.put_meta(wb, name, meta)
-        self.write_synced(wb)
-
     @staticmethod
     def put_meta(wb: WriteBatch, name: str, meta: ChannelMeta) -> None:
         wb.put(_meta_key(name), meta.to_bytes())
@@ -464,3 +456,11 @@ class LogStore:
 
     def write_synced(self, wb: WriteBatch) -> None:
         self._write(wb, self._sync_opts)
+
+    def write_synced_many(self, wbs: list[WriteBatch]) -> None:
+        """Every batch durable with one fsync: all but the last unsynced, the last synced
+        (the WAL is sequential, so its sync covers the ones before; node/synced_writer.py).
+        A failure fails them all: the callers go back to what the store holds."""
+        for wb in wbs[:-1]:
+            self._write(wb, _UNSYNCED)
+        self.write_synced(wbs[-1])

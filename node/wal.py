@@ -41,7 +41,6 @@ from streamwal.node.fencing import (
 from streamwal.node.group_commit import GroupCommitter
 from streamwal.node.health import WriteHealth
 from streamwal.node.log_store import LogStore, StoreCorruption, StoreUnwritable, log_key
-from streamwal.node.meta_writer import MetaWriter
 from streamwal.node.metrics import ChannelState, NodeMetrics
 from streamwal.node.producers import (
     BatchResult,
@@ -56,6 +55,7 @@ from streamwal.node.producers import (
 from streamwal.node.replica import LeaderRole
 from streamwal.node.replication import Replication, parse_replica_set
 from streamwal.node.retention import plan_cut
+from streamwal.node.synced_writer import SyncedWriter
 from streamwal.proto import streaming_pb2 as pb
 
 log = logging.getLogger("streamwal.node.wal")
@@ -135,7 +135,7 @@ def validate_name(name: str) -> None:
 class Wal:
     def __init__(self, store: LogStore, config: NodeConfig, metrics: NodeMetrics) -> None:
         self.store = store
-        self.metas = MetaWriter(store)  # durable meta writes, coalesced
+        self.synced = SyncedWriter(store)  # synced writes (metas, copied records), coalesced
         self.config = config
         self.metrics = metrics
         self.channels: dict[str, Channel] = {}
@@ -246,7 +246,7 @@ class Wal:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._committer.close()
-        await self.metas.close()
+        await self.synced.close()
         for ch in self.channels.values():
             self.replication.stop_role(ch, None)
             ch.notify()
@@ -311,7 +311,7 @@ class Wal:
                     retention_age_ms=retention.max_age_ms,
                     retention_bytes=retention.max_bytes,
                 )
-                await self.metas.save(name, ch.meta)
+                await self.synced.save_meta(name, ch.meta)
             return outcome
         if ch is None:
             ch = self._new_channel(name)
@@ -346,7 +346,7 @@ class Wal:
             meta = replace(
                 meta, retention_age_ms=retention.max_age_ms, retention_bytes=retention.max_bytes
             )
-        await self.metas.save(name, meta)
+        await self.synced.save_meta(name, meta)
         ch.meta = meta
         ch.taking = 0  # the role below is set in the same step: no gap to serve in
         if self.replication.configure(ch, replica_set):
@@ -396,7 +396,7 @@ class Wal:
         ch = self.channels.get(name)
         if ch is None:
             ch = self._new_channel(name, term)
-            await self.metas.save(name, ch.meta)
+            await self.synced.save_meta(name, ch.meta)
         elif term > ch.meta.term:
             ch.meta = replace(ch.meta, term=term)
             role = ch.replica
@@ -404,7 +404,7 @@ class Wal:
                 ch, ChannelFenced(f"pchannel {name!r} was fenced at term {term}")
             )
             await self.replication.settle(role)
-            await self.metas.save(name, ch.meta)
+            await self.synced.save_meta(name, ch.meta)
             await self._drain(ch)
             log.info("fenced", extra={"pchannel": name, "term": term})
         await self.ensure_verified(ch)
@@ -468,7 +468,7 @@ class Wal:
         for the write any more (a fenced follower's stream): otherwise its log end would
         claim records the disk lacks and the next copy would leave a hole there (found by
         the simulator, streamwal.testing.sim)."""
-        write = asyncio.get_running_loop().run_in_executor(None, self.store.write_synced, wb)
+        write = self.synced.write(wb)
 
         def done(f: asyncio.Future) -> None:
             if not f.cancelled() and f.exception() is not None:
@@ -532,7 +532,7 @@ class Wal:
             None, self.store.truncate_from, ch.name, offset, lambda w: window_below(w, offset)
         )
         ch.meta = replace(ch.meta, history=cut_history(ch.meta.history, offset))
-        await self.metas.save(ch.name, ch.meta)
+        await self.synced.save_meta(ch.name, ch.meta)
         log.warning(
             "truncated divergent suffix" if divergent else "dropped damaged suffix",
             extra={"pchannel": ch.name, "from": offset, "to": ch.next_offset, "bytes": dropped},
@@ -708,7 +708,7 @@ class Wal:
         self.replication.stop_role(ch, None)
         ch.notify()
         await self._drain(ch)
-        await self.metas.save(name, ch.meta)
+        await self.synced.save_meta(name, ch.meta)
         log.info("removed", extra={"pchannel": name, "term": ch.meta.term})
 
     def access(self, name: str, term: int) -> Channel:
