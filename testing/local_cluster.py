@@ -46,6 +46,7 @@ class LocalCluster:
         grace: float = 1.5,
         coord_args: tuple[str, ...] = (),
         log_level: str = "info",  # the nodes'
+        node_args: tuple[str, ...] = (),  # more `streamwal node` flags for every node
     ) -> None:
         self.root = Path(root)
         self.node_ids = list(range(1, nodes + 1))
@@ -53,6 +54,7 @@ class LocalCluster:
         self.grace = grace
         self.coord_args = coord_args
         self.log_level = log_level
+        self.node_args = node_args
         self.nodes: dict[int, LocalNode] = {}
         self.coord_proc: subprocess.Popen | None = None
         self.coord_address = f"127.0.0.1:{free_port()}"
@@ -67,7 +69,7 @@ class LocalCluster:
             node = self.nodes[node_id] = LocalNode(
                 self.root / f"node{node_id}",
                 node_id=node_id,
-                extra_args=("--log-level", self.log_level),
+                extra_args=("--log-level", self.log_level, *self.node_args),
             )
         return node
 
