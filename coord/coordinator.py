@@ -31,7 +31,12 @@ from streamwal.coord.broadcaster import Broadcaster
 from streamwal.coord.channel_records import ChannelRecords
 from streamwal.coord.discovery import AssignmentHub
 from streamwal.coord.executor import Executor, Links, Listener, StepHook
-from streamwal.coord.liveness import Liveness, LivenessTracker
+from streamwal.coord.liveness import (
+    DEFAULT_GRACE,
+    DEFAULT_PROBE_INTERVAL,
+    Liveness,
+    LivenessTracker,
+)
 from streamwal.coord.memory import Memory, NodeReport
 from streamwal.coord.meta_store import MetaStore, check_name
 from streamwal.coord.metrics import CoordMetrics
@@ -52,8 +57,8 @@ class CoordConfig:
     """How the coord watches nodes and moves channels."""
 
     nodes: dict[int, str]
-    probe_interval: float = 0.5
-    grace: float = 1.5
+    probe_interval: float = DEFAULT_PROBE_INTERVAL
+    grace: float = DEFAULT_GRACE
     max_moves_per_round: int = 1
     tolerance: int = 1
     rebalance_interval: float = 30.0
@@ -226,6 +231,7 @@ class Coordinator:
                 owner=record.owner,
                 meta=record.meta,
                 data_loss=self.memory.data_loss.get(n, ""),
+                allow_data_loss=record.allow_data_loss,
             )
             pl.describe_replication(record, self.memory.reports, description)
             out.append(description)
@@ -253,12 +259,18 @@ class Coordinator:
     # ----------------------------------------------------------------- user requests
 
     async def create_channels(
-        self, owner: cpb.OwnerDescription, count: int, prefix: str = "", replicas: int = 1
+        self,
+        owner: cpb.OwnerDescription,
+        count: int,
+        prefix: str = "",
+        replicas: int = 1,
+        allow_data_loss: bool = False,
     ) -> list[str]:
         """Persist `count` new UNINITIALIZED pchannels named <prefix>_<n>; names never repeat.
 
         `replicas` (0 reads as 1): copies of each log, on distinct nodes; odd, so that a
-        majority quorum exists (the PChannel CRD has the same rule)."""
+        majority quorum exists (the PChannel CRD has the same rule). `allow_data_loss`:
+        a single copy on a gone node may move without its records (catch_up.hold)."""
         if not 1 <= count <= MAX_CREATE:
             raise InvalidArgument(f"num_channels must be in 1..{MAX_CREATE}, got {count}")
         replicas = replicas or 1
@@ -279,7 +291,11 @@ class Coordinator:
         now_ms = int(self.wall() * 1000)
         for name in names:
             record = cpb.ChannelRecord(
-                meta=sm.new_channel(name), owner=owner, created_at_ms=now_ms, replicas=replicas
+                meta=sm.new_channel(name),
+                owner=owner,
+                created_at_ms=now_ms,
+                replicas=replicas,
+                allow_data_loss=allow_data_loss,
             )
             await self.records.persist(name, record)
         log.info(
@@ -487,6 +503,7 @@ class Coordinator:
             rebalance_due=self._rebalance_due,
             max_moves=self.config.max_moves_per_round,
             tolerance=self.config.tolerance,
+            grace=self.config.grace,
         )
 
     async def reconcile_once(self) -> None:

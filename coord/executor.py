@@ -137,7 +137,7 @@ class Executor:
         if isinstance(job, pl.CompleteJoint):
             return sagas.complete_joint(record)
         if isinstance(job, pl.MarkUnavailable):
-            return sagas.mark_unavailable(record, job.node, job.reason)
+            return sagas.mark_unavailable(record, job.node, job.reason, job.code)
         raise AssertionError(f"unknown job {job!r}")
 
     def _remember(self, job: pl.Job, result: sagas.Result) -> None:

@@ -24,7 +24,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from streamwal.coord import balancer
+from streamwal.coord import balancer, catch_up
 from streamwal.coord import replica_set as rs
 from streamwal.coord import state_machine as sm
 from streamwal.coord.memory import Memory, NodeReport
@@ -52,6 +52,7 @@ class Snapshot:
     rebalance_due: bool = False
     max_moves: int = 1
     tolerance: int = 1
+    grace: float = 0.0  # how long an unclean failover waits for a holder out of the node set
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,7 @@ class MarkUnavailable:
     version: str
     node: int | None
     reason: str = ""
+    code: str = ""  # a machine-readable reason (catch_up.WAITING_FOR_REPLICA), if any
 
 
 @dataclass(frozen=True)
@@ -160,7 +162,7 @@ def plan(snapshot: Snapshot, seen: Observations, now: float) -> Plan:
     }
     metas = {n: s.record.meta for n, s in live_records.items()}
 
-    jobs, targets = _single(snapshot, seen, alive, single, metas)
+    jobs, targets = _single(snapshot, seen, alive, single, metas, now)
     leaders = leader_counts(metas.values())
     jobs.extend(_replicated(snapshot, seen, alive, replicated, now))
     fence = tuple(remove_stale(snapshot, metas))
@@ -176,6 +178,7 @@ def _single(
     alive: Collection[int],
     single: Mapping[str, Stored],
     metas: Mapping[str, pb.PChannelMeta],
+    now: float,
 ) -> tuple[list[Job], dict[str, int | None]]:
     """Single-replica pchannels' jobs, and where each one that has a job will be."""
     memory = snapshot.memory
@@ -205,7 +208,38 @@ def _single(
     }
     for name in sorted(need):
         stored = single[name]
+        meta = stored.record.meta
+        holder = catch_up.data_holder(meta, memory.holders.get(name))
+        why = _hold(snapshot, seen, stored.record, holder, now)
+        if why:
+            # Its records are on a gone node: wait for it. Only an ASSIGNED record is
+            # marked (a half-done move keeps its holder in `histories`, which UNAVAILABLE
+            # would not say); the Ready condition tells the user why.
+            if meta.state == sm.ASSIGNED and holder is not None:
+                waiting = catch_up.WAITING_FOR_REPLICA
+                if stored.record.allow_data_loss:
+                    waiting = ""
+                jobs.append(MarkUnavailable(name, stored.version, holder.server_id, why, waiting))
+            targets[name] = None
+            continue
         failed = memory.failed_target.get(name)
+        if (
+            need[name] == "failover"
+            and holder is not None
+            and not _gone(snapshot, seen, holder.server_id)
+            and holder.server_id not in snapshot.drained
+            and holder.server_id != failed
+        ):
+            if holder.server_id not in seen.live:
+                targets[name] = None  # back in the node set, not probed yet: next round
+                continue
+            # The holder is back: it serves its own log again, nothing to copy.
+            placement[name] = holder.server_id
+            targets[name] = holder.server_id
+            jobs.append(
+                Reassign(name, stored.version, _ref(snapshot, holder.server_id), "failover")
+            )
+            continue
         candidates = seen.live - {failed} if seen.live - {failed} else seen.live
         chosen = balancer.place([name], placement, candidates, snapshot.drained)
         if name not in chosen:
@@ -223,6 +257,29 @@ def _single(
         targets[name] = chosen[name]
         jobs.append(Reassign(name, stored.version, _ref(snapshot, chosen[name]), need[name]))
     return jobs, targets
+
+
+def _hold(
+    snapshot: Snapshot,
+    seen: Observations,
+    record: cpb.ChannelRecord,
+    holder: sm.NodeRef | None,
+    now: float,
+) -> str:
+    """catch_up.hold for one single-replica pchannel: is its holder gone, since when."""
+    if holder is None:
+        return ""
+    node = holder.server_id
+    left = snapshot.memory.lost_at.get(node)
+    out_of_set = node not in snapshot.nodes
+    gone_for = now - left if out_of_set and left is not None else None
+    gone = _gone(snapshot, seen, node)
+    return catch_up.hold(holder, gone, gone_for, record.allow_data_loss, snapshot.grace)
+
+
+def _gone(snapshot: Snapshot, seen: Observations, node: int) -> bool:
+    """Out of the node set or declared lost: its records cannot be copied now."""
+    return node not in snapshot.nodes or node in seen.lost
 
 
 def _replicated(

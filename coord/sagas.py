@@ -304,8 +304,11 @@ def _data_lost(record: cpb.ChannelRecord, cause: str) -> Saga:
     return Failed(data_loss=cause)
 
 
-def mark_unavailable(before: cpb.ChannelRecord, node: int | None, reason: str) -> Saga:
-    """No live node can take the pchannel: UNAVAILABLE, term and node kept (the next
+def mark_unavailable(
+    before: cpb.ChannelRecord, node: int | None, reason: str, code: str = ""
+) -> Saga:
+    """No live node can take the pchannel, or it waits for the node holding its only
+    copy (`code` WaitingForReplica): UNAVAILABLE, term and node kept (the next
     assignment fences the lost node through histories)."""
     name = before.meta.channel.name
     record = _copy(before)
@@ -313,7 +316,7 @@ def mark_unavailable(before: cpb.ChannelRecord, node: int | None, reason: str) -
     yield Persist(record, sm.Step.PERSIST_UNAVAILABLE)
     if reason:
         fields = {"pchannel": name, "reason": reason}
-        told: dict[str, Any] = {"node": node, "reason": reason}
+        told: dict[str, Any] = {"node": node, "reason": reason, "code": code}
         yield Announce(logging.WARNING, "pchannel unavailable", fields, "unavailable", told)
     else:
         fields = {"pchannel": name}

@@ -19,6 +19,7 @@ from kubernetes import client, config
 from prometheus_client import Gauge
 
 from streamwal.coord.coordinator import CoordConfig, Coordinator
+from streamwal.coord.liveness import DEFAULT_GRACE, DEFAULT_PROBE_INTERVAL
 from streamwal.coord.meta_store import VersionConflict
 from streamwal.coord.server import serve_metrics, start_grpc
 from streamwal.errors import InvalidArgument, StreamingError
@@ -45,8 +46,8 @@ class OperatorConfig:
     resync: float = 30.0
     coord_listen: str | None = None
     metrics: str | None = None
-    probe_interval: float = 0.5
-    grace: float = 1.5
+    probe_interval: float = DEFAULT_PROBE_INTERVAL
+    grace: float = DEFAULT_GRACE
 
 
 def load_api() -> client.ApiClient:
@@ -298,6 +299,10 @@ class OperatorRuntime:
             self.store.notes[name] = st.Note("DataLoss", message)
             self._spawn(self.post_event(name, "DataLoss", message, "Warning"))
             self._spawn(self._touch_later(name))
+        elif kind == "unavailable" and fields.get("code"):
+            # Waiting for the node with its only copy: the condition says so from the
+            # record (status.ready_condition), the Event says it once.
+            self._spawn(self.post_event(name, fields["code"], fields["reason"], "Warning"))
         elif kind == "unavailable":
             message = f"node {fields.get('node')} lost and no live node can take the pchannel"
             self._spawn(self.post_event(name, "Unavailable", message, "Warning"))

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from streamwal.coord.catch_up import WAITING_FOR_REPLICA
 from streamwal.proto import coord_pb2 as cpb
 from streamwal.proto import streaming_pb2 as pb
 
@@ -62,7 +63,9 @@ def record_from_object(obj: Obj) -> cpb.ChannelRecord:
             ),
         )
     record.owner.role = "kubernetes"
-    record.replicas = int((obj.get("spec") or {}).get("replicas") or 1)
+    spec = obj.get("spec") or {}
+    record.replicas = int(spec.get("replicas") or 1)
+    record.allow_data_loss = bool((spec.get("failover") or {}).get("allowDataLoss"))
     record.members.extend(_nodes(status.get("replicas")))
     record.previous_members.extend(_nodes(status.get("previousReplicas")))
     record.joint_until = int(status.get("jointUntil") or 0)
@@ -104,6 +107,17 @@ def ready_condition(record: cpb.ChannelRecord, note: Note | None, live_nodes: in
     if meta.state == S.PCHANNEL_META_STATE_ASSIGNING:
         return _cond(
             "False", "Assigning", f"term {term} persisted, assigning to node {node.server_id}"
+        )
+    if meta.state == S.PCHANNEL_META_STATE_UNAVAILABLE and (
+        record.members or not record.allow_data_loss
+    ):
+        # Safe failover: only the gone node(s) hold what was acknowledged.
+        what = "a majority of its replicas" if record.members else f"node {node.server_id}"
+        return _cond(
+            "False",
+            WAITING_FOR_REPLICA,
+            f"waiting for {what} to return with the log (only they hold every acknowledged "
+            "message; spec.failover.allowDataLoss would move a single copy without them)",
         )
     if live_nodes == 0:
         return _cond("False", "NoLiveNode", "no Ready streaming-node pod answers its probes")

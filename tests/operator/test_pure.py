@@ -47,6 +47,22 @@ def test_ready_condition_names_the_reason_for_every_outcome() -> None:
     assert ok["status"] == "True" and ok["reason"] == "Assigned" and "term 1" in ok["message"]
 
 
+def test_a_single_copy_on_a_gone_node_waits_for_it_unless_data_loss_is_allowed() -> None:
+    spec = {"replicas": 1, "failover": {"allowDataLoss": False}}
+    record = st.record_from_object({**obj(), "spec": spec})
+    assigned = sm.finish_assignment(sm.begin_assignment(record.meta, sm.NodeRef(2, "a:1")))
+    record.meta.CopyFrom(sm.mark_unavailable(assigned))
+    for live in (0, 2):  # whether or not another node could take it
+        waiting = st.ready_condition(record, None, live)
+        assert (waiting["status"], waiting["reason"]) == ("False", "WaitingForReplica")
+        assert "node 2" in waiting["message"]
+    spec["failover"]["allowDataLoss"] = True
+    allowed = st.record_from_object({**obj(), "spec": spec})
+    assert allowed.allow_data_loss and not record.allow_data_loss
+    allowed.meta.CopyFrom(record.meta)
+    assert st.ready_condition(allowed, None, 2)["reason"] == "Unavailable"
+
+
 def test_transition_time_is_kept_while_the_condition_holds() -> None:
     record = st.record_from_object(obj())
     ready = st.ready_condition(record, None, 0)
