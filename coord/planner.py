@@ -441,11 +441,11 @@ def caught_up(record: cpb.ChannelRecord, memory: Memory, now: float) -> frozense
 
 def channel_view(record: cpb.ChannelRecord, memory: Memory, now: float) -> rs.ChannelView:
     meta = record.meta
-    members = rs.member_ids(record)
+    members = rs.current_members(record)
     return rs.ChannelView(
         assigned=meta.state == sm.ASSIGNED,
         placed=bool(members),
-        leader=meta.node.server_id if members else None,
+        leader=(meta.node.server_id if record.members else members[0]) if members else None,
         members=members,
         previous=tuple(m.server_id for m in record.previous_members),
         wanted=max(record.replicas, 1),

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from streamwal.coord import state_machine as sm
 from streamwal.coord.balancer import eligible
 from streamwal.coord.leader_choice import has_quorum, majority
 from streamwal.proto import coord_pb2 as cpb
@@ -52,15 +53,24 @@ def desired_members(
     loads: Mapping[int, int],
     leader: int | None = None,
 ) -> list[int]:
-    """The set to have: lost or drained members replaced in place, then filled to `wanted`.
+    """The set to have: shrunk to `wanted`, lost or drained members replaced in place,
+    then filled to `wanted`.
 
-    A member is replaced only by an eligible non-member; without one it stays (a lost node
-    may come back, a drained one still holds data). An alive `leader` is never replaced:
-    it may hold the only copy of the newest records, so it first hands over (see
-    `next_step`) and is replaced as a follower. The order of kept members is kept (a
-    member's ordinal is its index).
+    A shrink removes followers only, the gone ones first, then drained ones, then the
+    last added: the leader holds the newest records. A member is replaced only by an
+    eligible non-member; without one it stays (a lost node may come back, a drained one
+    still holds data). An alive `leader` is never replaced: it may hold the only copy of
+    the newest records, so it first hands over (see `next_step`) and is replaced as a
+    follower. The order of kept members is kept (a member's ordinal is its index).
     """
     out = list(members)
+    if len(out) > max(wanted, 1):
+        ranked = sorted(
+            (n for n in out if n != leader),
+            key=lambda n: (n in set(alive), n not in set(drained), -out.index(n)),
+        )
+        drop = set(ranked[: len(out) - max(wanted, 1)])
+        out = [n for n in out if n not in drop]
     gone = [
         i for i, n in enumerate(out) if n not in set(alive) or (n in set(drained) and n != leader)
     ]
@@ -172,6 +182,19 @@ def joint_complete(
     the log's end when it was chosen.
     """
     return all(n == leader or acked.get(n, -1) >= joint_until for n in members)
+
+
+def current_members(record: cpb.ChannelRecord) -> tuple[int, ...]:
+    """The nodes holding the log now: the replica set, or a single-replica pchannel's
+    owner (so that growing 1 -> 3 keeps the node with the log in the set and the vote)."""
+    if record.members:
+        return member_ids(record)
+    meta = record.meta
+    if meta.state == sm.ASSIGNING and meta.histories:  # a move under way: its source
+        return (meta.histories[0].node.server_id,)
+    if meta.node.address and meta.state in (sm.ASSIGNED, sm.UNAVAILABLE):
+        return (meta.node.server_id,)
+    return ()
 
 
 def is_replicated(record: cpb.ChannelRecord) -> bool:

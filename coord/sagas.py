@@ -340,11 +340,13 @@ def term_change(
 ) -> Saga:
     """A replicated pchannel's term change onto `members` (module docstring, steps 1-6)."""
     name = before.meta.channel.name
-    old_members = rs.member_ids(before)
-    old_leader = before.meta.node.server_id if old_members else None
+    old_members = rs.current_members(before)  # a single owner growing to a set included
+    old_leader = old_members[0] if old_members and not before.members else None
+    if before.members:
+        old_leader = before.meta.node.server_id
     previous = list(before.previous_members)
     if not previous and old_members and set(members) != set(old_members):
-        previous = list(before.members)
+        previous = [ctx.ref(n, before).to_proto() for n in old_members]
     # Committed records are on a majority of the old set (and of a pending previous one).
     voters = [old_members, tuple(m.server_id for m in previous)]
     new_refs = [ctx.ref(n, before) for n in members]

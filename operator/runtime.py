@@ -70,7 +70,9 @@ class OperatorRuntime:
         self.cfg = cfg
         self.api = load_api()
         self.core = client.CoreV1Api(self.api)
-        self.store = KubeMetaStore(self.api, cfg.namespace, live_nodes=self._live_count)
+        self.store = KubeMetaStore(
+            self.api, cfg.namespace, live_nodes=self._live_count, on_condition=self._on_condition
+        )
         self.coord = Coordinator(
             self.store,
             CoordConfig(nodes={}, probe_interval=cfg.probe_interval, grace=cfg.grace),
@@ -306,6 +308,11 @@ class OperatorRuntime:
         elif kind == "unavailable":
             message = f"node {fields.get('node')} lost and no live node can take the pchannel"
             self._spawn(self.post_event(name, "Unavailable", message, "Warning"))
+
+    def _on_condition(self, name: str, condition: dict[str, Any]) -> None:
+        """A status write changed the Ready reason: some reasons are worth an Event."""
+        if condition["reason"] == st.NOT_ENOUGH_NODES:
+            self._spawn(self.post_event(name, st.NOT_ENOUGH_NODES, condition["message"], "Warning"))
 
     def _spawn(self, coro) -> None:
         task = asyncio.get_running_loop().create_task(coro)

@@ -22,6 +22,7 @@ from streamwal.proto import coord_pb2 as cpb
 from streamwal.proto import streaming_pb2 as pb
 
 Obj = dict[str, Any]
+NOT_ENOUGH_NODES = "NotEnoughNodes"
 
 S = pb.PChannelMetaState
 STATE_NAMES = {
@@ -96,12 +97,19 @@ def ready_condition(record: cpb.ChannelRecord, note: Note | None, live_nodes: in
     """Ready with a reason and a message a user can act on, for every outcome."""
     meta = record.meta
     term, node = meta.channel.term, meta.node
+    wanted = max(record.replicas, 1)
     if meta.state == S.PCHANNEL_META_STATE_ASSIGNED:
-        return _cond(
-            "True",
-            "Assigned",
-            f"served by node {node.server_id} ({node.address}) under term {term}",
-        )
+        served = f"served by node {node.server_id} ({node.address}) under term {term}"
+        have = len(record.members) or 1
+        if have < wanted and live_nodes < wanted:
+            return _cond(
+                "False",
+                NOT_ENOUGH_NODES,
+                f"{served} on {have} of spec.replicas {wanted} nodes: {live_nodes} streaming "
+                f"nodes answer, so it survives {(have - 1) // 2} node failures, not "
+                f"{(wanted - 1) // 2}; the missing replicas are added when nodes appear",
+            )
+        return _cond("True", "Assigned", served)
     if note is not None:
         return _cond("False", note.reason, note.message)
     if meta.state == S.PCHANNEL_META_STATE_ASSIGNING:
@@ -121,9 +129,22 @@ def ready_condition(record: cpb.ChannelRecord, note: Note | None, live_nodes: in
         )
     if live_nodes == 0:
         return _cond("False", "NoLiveNode", "no Ready streaming-node pod answers its probes")
+    if meta.state == S.PCHANNEL_META_STATE_UNINITIALIZED and live_nodes < wanted // 2 + 1:
+        return _cond(
+            "False",
+            NOT_ENOUGH_NODES,
+            f"spec.replicas {wanted} needs a majority ({wanted // 2 + 1}) of live streaming "
+            f"nodes to be placed; {live_nodes} answer",
+        )
     if meta.state == S.PCHANNEL_META_STATE_UNAVAILABLE:
         return _cond("False", "Unavailable", f"node {node.server_id} lost; waiting for a node")
     return _cond("False", "Pending", "waiting for the operator to place it")
+
+
+def ready_reason(status: Obj | None) -> str:
+    """The Ready condition's reason in a PChannel status ("" when none)."""
+    conditions = (status or {}).get("conditions") or []
+    return next((c.get("reason", "") for c in conditions if c.get("type") == "Ready"), "")
 
 
 def _cond(status: str, reason: str, message: str) -> Obj:

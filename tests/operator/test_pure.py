@@ -63,6 +63,22 @@ def test_a_single_copy_on_a_gone_node_waits_for_it_unless_data_loss_is_allowed()
     assert st.ready_condition(allowed, None, 2)["reason"] == "Unavailable"
 
 
+def test_more_replicas_than_nodes_is_not_ready_and_says_why() -> None:
+    record = st.record_from_object({**obj(), "spec": {"replicas": 5}})
+    assert st.ready_condition(record, None, 2)["reason"] == "NotEnoughNodes"  # 2 < 3 needed
+    assert st.ready_condition(record, None, 3)["reason"] == "Pending"  # a majority: placed
+    record.meta.CopyFrom(
+        sm.finish_assignment(sm.begin_assignment(record.meta, sm.NodeRef(1, "a:1")))
+    )
+    record.members.extend(sm.NodeRef(n, f"a:{n}").to_proto() for n in (1, 2, 3))
+    short = st.ready_condition(record, None, 3)
+    assert (short["status"], short["reason"]) == ("False", "NotEnoughNodes")
+    assert "3 of spec.replicas 5" in short["message"] and "not 2" in short["message"]
+    # enough nodes to grow: serving while the replicas are added
+    assert st.ready_condition(record, None, 5)["reason"] == "Assigned"
+    assert st.ready_reason({"conditions": [short]}) == "NotEnoughNodes"
+
+
 def test_transition_time_is_kept_while_the_condition_holds() -> None:
     record = st.record_from_object(obj())
     ready = st.ready_condition(record, None, 0)
