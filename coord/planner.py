@@ -118,6 +118,14 @@ class CompleteJoint:
 
 
 @dataclass(frozen=True)
+class ApplyRetention:
+    """Give the members the record's retention under the current term (spec changed)."""
+
+    name: str
+    version: str
+
+
+@dataclass(frozen=True)
 class RemoveStale:
     """Remove a (pchannel, term) a node serves without owning it (best effort)."""
 
@@ -126,7 +134,9 @@ class RemoveStale:
     term: int
 
 
-Job = Reassign | MarkUnavailable | ChangeTerm | Rejoin | CompleteJoint | RemoveStale
+Job = (
+    Reassign | MarkUnavailable | ChangeTerm | Rejoin | CompleteJoint | ApplyRetention | RemoveStale
+)
 
 
 @dataclass(frozen=True)
@@ -165,6 +175,12 @@ def plan(snapshot: Snapshot, seen: Observations, now: float) -> Plan:
     jobs, targets = _single(snapshot, seen, alive, single, metas, now)
     leaders = leader_counts(metas.values())
     jobs.extend(_replicated(snapshot, seen, alive, replicated, now))
+    busy = {j.name for j in jobs if not isinstance(j, RemoveStale)}
+    jobs.extend(
+        ApplyRetention(n, s.version)
+        for n, s in sorted(live_records.items())
+        if n not in busy and retention_due(s.record)
+    )
     fence = tuple(remove_stale(snapshot, metas))
     rebalance: tuple[Reassign, ...] = ()
     if snapshot.rebalance_due:
@@ -339,6 +355,15 @@ def _rebalance(
         for m in moves
         if m.channel not in targets
     ]
+
+
+def retention_due(record: cpb.ChannelRecord) -> bool:
+    """An ASSIGNED pchannel whose wanted retention its members have not all taken yet."""
+    return (
+        record.meta.state == sm.ASSIGNED
+        and record.HasField("retention")
+        and record.retention != record.applied_retention
+    )
 
 
 def remove_stale(snapshot: Snapshot, metas: Mapping[str, pb.PChannelMeta]) -> list[RemoveStale]:

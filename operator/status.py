@@ -17,11 +17,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from streamwal import units
 from streamwal.coord.catch_up import WAITING_FOR_REPLICA
 from streamwal.proto import coord_pb2 as cpb
 from streamwal.proto import streaming_pb2 as pb
 
 Obj = dict[str, Any]
+DEFAULT_AGE = "168h"  # the CRD's default of spec.retention.age
 NOT_ENOUGH_NODES = "NotEnoughNodes"
 
 S = pb.PChannelMetaState
@@ -67,6 +69,21 @@ def record_from_object(obj: Obj) -> cpb.ChannelRecord:
     spec = obj.get("spec") or {}
     record.replicas = int(spec.get("replicas") or 1)
     record.allow_data_loss = bool((spec.get("failover") or {}).get("allowDataLoss"))
+    wanted = spec.get("retention") or {}
+    record.retention.CopyFrom(
+        pb.RetentionPolicy(
+            max_age_ms=units.parse_duration_ms(wanted.get("age") or DEFAULT_AGE),
+            max_bytes=units.parse_size(wanted.get("size") or units.UNLIMITED),
+        )
+    )
+    applied = status.get("retention")
+    if applied:
+        record.applied_retention.CopyFrom(
+            pb.RetentionPolicy(
+                max_age_ms=int(applied.get("maxAgeMs") or 0),
+                max_bytes=int(applied.get("maxBytes") or 0),
+            )
+        )
     record.members.extend(_nodes(status.get("replicas")))
     record.previous_members.extend(_nodes(status.get("previousReplicas")))
     record.joint_until = int(status.get("jointUntil") or 0)
@@ -191,8 +208,20 @@ def status_patch(
         ]
         or None,
         "jointUntil": record.joint_until if record.previous_members else None,
+        "retention": _retention(record.applied_retention)
+        if record.HasField("applied_retention")
+        else None,
     }
     return status
+
+
+def _retention(policy: pb.RetentionPolicy) -> Obj:
+    return {
+        "age": units.format_duration_ms(policy.max_age_ms),
+        "size": units.format_size(policy.max_bytes),
+        "maxAgeMs": policy.max_age_ms,
+        "maxBytes": policy.max_bytes,
+    }
 
 
 def status_differs(current: Obj, desired: Obj) -> bool:
@@ -201,7 +230,7 @@ def status_differs(current: Obj, desired: Obj) -> bool:
     want = dict(desired)
     for s in (cur, want):
         s.pop("conditions", None)
-        for key in ("node", "histories", "replicas", "previousReplicas", "jointUntil"):
+        for key in ("node", "histories", "replicas", "previousReplicas", "jointUntil", "retention"):
             if not s.get(key):
                 s.pop(key, None)
     if cur != want:

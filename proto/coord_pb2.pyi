@@ -18,7 +18,7 @@ class OwnerDescription(_message.Message):
     def __init__(self, role: _Optional[str] = ..., address: _Optional[str] = ..., description_text: _Optional[str] = ...) -> None: ...
 
 class ChannelRecord(_message.Message):
-    __slots__ = ("meta", "owner", "destroyed", "created_at_ms", "replicas", "members", "previous_members", "joint_until", "allow_data_loss")
+    __slots__ = ("meta", "owner", "destroyed", "created_at_ms", "replicas", "members", "previous_members", "joint_until", "allow_data_loss", "retention", "applied_retention")
     META_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
     DESTROYED_FIELD_NUMBER: _ClassVar[int]
@@ -28,6 +28,8 @@ class ChannelRecord(_message.Message):
     PREVIOUS_MEMBERS_FIELD_NUMBER: _ClassVar[int]
     JOINT_UNTIL_FIELD_NUMBER: _ClassVar[int]
     ALLOW_DATA_LOSS_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_RETENTION_FIELD_NUMBER: _ClassVar[int]
     meta: _streaming_pb2.PChannelMeta
     owner: OwnerDescription
     destroyed: bool
@@ -37,7 +39,9 @@ class ChannelRecord(_message.Message):
     previous_members: _containers.RepeatedCompositeFieldContainer[_streaming_pb2.StreamingNodeInfo]
     joint_until: int
     allow_data_loss: bool
-    def __init__(self, meta: _Optional[_Union[_streaming_pb2.PChannelMeta, _Mapping]] = ..., owner: _Optional[_Union[OwnerDescription, _Mapping]] = ..., destroyed: _Optional[bool] = ..., created_at_ms: _Optional[int] = ..., replicas: _Optional[int] = ..., members: _Optional[_Iterable[_Union[_streaming_pb2.StreamingNodeInfo, _Mapping]]] = ..., previous_members: _Optional[_Iterable[_Union[_streaming_pb2.StreamingNodeInfo, _Mapping]]] = ..., joint_until: _Optional[int] = ..., allow_data_loss: _Optional[bool] = ...) -> None: ...
+    retention: _streaming_pb2.RetentionPolicy
+    applied_retention: _streaming_pb2.RetentionPolicy
+    def __init__(self, meta: _Optional[_Union[_streaming_pb2.PChannelMeta, _Mapping]] = ..., owner: _Optional[_Union[OwnerDescription, _Mapping]] = ..., destroyed: _Optional[bool] = ..., created_at_ms: _Optional[int] = ..., replicas: _Optional[int] = ..., members: _Optional[_Iterable[_Union[_streaming_pb2.StreamingNodeInfo, _Mapping]]] = ..., previous_members: _Optional[_Iterable[_Union[_streaming_pb2.StreamingNodeInfo, _Mapping]]] = ..., joint_until: _Optional[int] = ..., allow_data_loss: _Optional[bool] = ..., retention: _Optional[_Union[_streaming_pb2.RetentionPolicy, _Mapping]] = ..., applied_retention: _Optional[_Union[_streaming_pb2.RetentionPolicy, _Mapping]] = ...) -> None: ...
 
 class ChannelManifest(_message.Message):
     __slots__ = ("names",)

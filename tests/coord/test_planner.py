@@ -105,6 +105,8 @@ def kinds(plan: pl.Plan) -> list[tuple]:
             out.append(("unavailable", job.name, job.code or job.reason))
         elif isinstance(job, pl.CompleteJoint):
             out.append(("joint-done", job.name))
+        elif isinstance(job, pl.ApplyRetention):
+            out.append(("retention", job.name))
         else:
             out.append(("remove", job.name, job.term, job.node.server_id))
     return out
@@ -366,3 +368,21 @@ def test_a_report_that_asks_for_action_wakes_the_reconciler() -> None:
     assert needs(1, [status("a", 1)])  # stale term (and "a" at 2 missing)
     assert needs(3, [])  # a replicated member that serves nothing
     assert not needs(4, [])
+
+
+def test_a_retention_the_members_have_not_taken_is_applied_once_assigned() -> None:
+    wanted = pb.RetentionPolicy(max_age_ms=3_600_000)
+    changed, same, moving, unset = (
+        single("a"),
+        single("b", node=2),
+        single("c", sm.ASSIGNING, node=2, term=2),
+        replicated("r"),
+    )
+    for stored in (changed, same, moving):
+        stored.record.retention.CopyFrom(wanted)
+    same.record.applied_retention.CopyFrom(wanted)
+    changed.record.applied_retention.CopyFrom(pb.RetentionPolicy(max_age_ms=60_000))
+    assert kinds(round_of([changed, same, moving, unset])) == [
+        ("reassign", "c", "resume", None),  # its move carries the retention
+        ("retention", "a"),
+    ]
