@@ -112,6 +112,8 @@ class Coordinator:
         # (kinds: assigned, failover, assign-failed, unclean-failover, unavailable).
         self.active = True
         self.listener: Listener | None = None
+        self.labels: dict[int, Mapping[str, str]] = {}  # node -> labels (placement)
+        self.domains: dict[int, str] = {}  # node -> topology domain (anti-affinity)
         self.broadcaster = Broadcaster(self)
 
     # ----------------------------------------------------------------- lifecycle
@@ -167,12 +169,22 @@ class Coordinator:
             except Exception:
                 log.exception("listener failed", extra={"pchannel": name, "kind": kind})
 
-    def set_nodes(self, nodes: dict[int, str]) -> None:
+    def set_nodes(
+        self,
+        nodes: dict[int, str],
+        labels: Mapping[int, Mapping[str, str]] | None = None,
+        domains: Mapping[int, str] | None = None,
+    ) -> None:
         """Replace the node set (the operator discovers nodes from pods as they come and go).
 
         A node that leaves the set is no longer probed nor alive, so its channels fail over on
-        the next round; a new node is tracked and probed before it gets channels.
+        the next round; a new node is tracked and probed before it gets channels. `labels`
+        and `domains` (topology domain per node) are what placement constraints match.
         """
+        attrs = (dict(labels or {}), dict(domains or {}))
+        if attrs != (self.labels, self.domains):
+            self.labels, self.domains = attrs
+            self.wake()
         if nodes == self.config.nodes:
             return
         now = self.clock()
@@ -504,6 +516,8 @@ class Coordinator:
             max_moves=self.config.max_moves_per_round,
             tolerance=self.config.tolerance,
             grace=self.config.grace,
+            labels=self.labels,
+            domains=self.domains,
         )
 
     async def reconcile_once(self) -> None:

@@ -139,6 +139,12 @@ class Executor:
             return sagas.complete_joint(record)
         if isinstance(job, pl.ApplyRetention):
             return sagas.apply_retention(record, ctx)
+        if isinstance(job, pl.Unschedulable):
+            if job.reason:
+                self.memory.unschedulable[name] = job.reason
+            else:
+                self.memory.unschedulable.pop(name, None)
+            return sagas.unschedulable(record, job.reason)
         if isinstance(job, pl.MarkUnavailable):
             return sagas.mark_unavailable(record, job.node, job.reason, job.code)
         raise AssertionError(f"unknown job {job!r}")

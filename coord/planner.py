@@ -53,6 +53,8 @@ class Snapshot:
     max_moves: int = 1
     tolerance: int = 1
     grace: float = 0.0  # how long an unclean failover waits for a holder out of the node set
+    labels: Mapping[int, Mapping[str, str]] = field(default_factory=dict)  # node -> labels
+    domains: Mapping[int, str] = field(default_factory=dict)  # node -> topology domain
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,16 @@ class ApplyRetention:
 
 
 @dataclass(frozen=True)
+class Unschedulable:
+    """The pchannel's placement excludes every node it could use (`reason`), or no longer
+    does (""): tell the user; nothing is persisted."""
+
+    name: str
+    version: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class RemoveStale:
     """Remove a (pchannel, term) a node serves without owning it (best effort)."""
 
@@ -135,7 +147,14 @@ class RemoveStale:
 
 
 Job = (
-    Reassign | MarkUnavailable | ChangeTerm | Rejoin | CompleteJoint | ApplyRetention | RemoveStale
+    Reassign
+    | MarkUnavailable
+    | ChangeTerm
+    | Rejoin
+    | CompleteJoint
+    | ApplyRetention
+    | Unschedulable
+    | RemoveStale
 )
 
 
@@ -175,7 +194,8 @@ def plan(snapshot: Snapshot, seen: Observations, now: float) -> Plan:
     jobs, targets = _single(snapshot, seen, alive, single, metas, now)
     leaders = leader_counts(metas.values())
     jobs.extend(_replicated(snapshot, seen, alive, replicated, now))
-    busy = {j.name for j in jobs if not isinstance(j, RemoveStale)}
+    jobs.extend(_unschedulable(snapshot, seen, live_records))
+    busy = {j.name for j in jobs if not isinstance(j, RemoveStale | Unschedulable)}
     jobs.extend(
         ApplyRetention(n, s.version)
         for n, s in sorted(live_records.items())
@@ -216,6 +236,15 @@ def _single(
             targets[name] = meta.node.server_id
         elif meta.state == sm.ASSIGNING or sm.needs_assignment(meta, alive):
             need[name] = "placement" if meta.state == sm.UNINITIALIZED else "failover"
+        elif (
+            meta.state == sm.ASSIGNED
+            and owner is not None
+            and owner_alive
+            and owner.server_id in unfit(stored.record, snapshot)
+            and allowed(stored.record, snapshot) & seen.live
+        ):
+            # Its placement (spec changed) excludes its node: it moves, with its log.
+            need[name] = "placement"
 
     placement = {
         n: m.node.server_id
@@ -257,7 +286,8 @@ def _single(
             )
             continue
         candidates = seen.live - {failed} if seen.live - {failed} else seen.live
-        chosen = balancer.place([name], placement, candidates, snapshot.drained)
+        avoided = snapshot.drained | unfit(stored.record, snapshot)
+        chosen = balancer.place([name], placement, candidates, avoided)
         if name not in chosen:
             # Nowhere to go now; the pchannel waits (and says so) until a node is live.
             meta = stored.record.meta
@@ -314,7 +344,8 @@ def _replicated(
         stored = replicated[name]
         record = stored.record
         view = channel_view(record, memory, now)
-        step = rs.next_step(view, alive, seen.live, snapshot.drained, loads)
+        avoided = snapshot.drained | unfit(record, snapshot)
+        step = rs.next_step(view, alive, seen.live, avoided, loads, spread(record, snapshot))
         if isinstance(step, rs.TermChange):
             for node in set(step.members) - set(rs.member_ids(record)):
                 loads[node] = loads.get(node, 0) + 1  # the next placement sees it
@@ -355,6 +386,68 @@ def _rebalance(
         for m in moves
         if m.channel not in targets
     ]
+
+
+def allowed(record: cpb.ChannelRecord, snapshot: Snapshot) -> frozenset[int]:
+    """Nodes whose labels match the pchannel's node selector (all of it)."""
+    want = dict(record.node_selector)
+    return frozenset(
+        n
+        for n in snapshot.nodes
+        if all(snapshot.labels.get(n, {}).get(k) == v for k, v in want.items())
+    )
+
+
+def unfit(record: cpb.ChannelRecord, snapshot: Snapshot) -> frozenset[int]:
+    """Nodes the pchannel's node selector excludes: treated as drained for it."""
+    return frozenset(snapshot.nodes) - allowed(record, snapshot)
+
+
+def spread(record: cpb.ChannelRecord, snapshot: Snapshot) -> rs.Spread | None:
+    """The pchannel's anti-affinity over the nodes' domains (None: any distinct nodes)."""
+    if record.anti_affinity == "None" or not snapshot.domains:
+        return None
+    return rs.Spread(snapshot.domains, required=record.anti_affinity != "Preferred")
+
+
+def _unschedulable(
+    snapshot: Snapshot, seen: Observations, live_records: Mapping[str, Stored]
+) -> list[Unschedulable]:
+    """A note for every pchannel whose placement now excludes what it needs (or no longer
+    does), when that differs from what was last said (`memory.unschedulable`)."""
+    out = []
+    for name, stored in sorted(live_records.items()):
+        why = placement_problem(stored.record, snapshot, seen.live)
+        if why != snapshot.memory.unschedulable.get(name, ""):
+            out.append(Unschedulable(name, stored.version, why))
+    return out
+
+
+def placement_problem(record: cpb.ChannelRecord, snapshot: Snapshot, live: Collection[int]) -> str:
+    """Why the pchannel's placement leaves it no node (single replica) or fewer than a
+    majority of its replicas (replicated) among the live nodes; "" when it does not (a
+    lack of nodes of any kind is NotEnoughNodes, not a placement problem)."""
+    live_nodes = set(live) & set(snapshot.nodes)
+    fit = sorted(allowed(record, snapshot) & live_nodes)
+    wanted = max(record.replicas, 1)
+    need = wanted // 2 + 1 if wanted > 1 else 1
+    if len(live_nodes) < need:
+        return ""
+    selector = ", ".join(f"{k}={v}" for k, v in sorted(record.node_selector.items()))
+    if len(fit) < need:
+        return (
+            f"placement.nodeSelector {{{selector}}} matches {len(fit)} of {len(live_nodes)} "
+            f"live streaming nodes; {need} needed"
+        )
+    how = spread(record, snapshot)
+    if how is not None and how.required:
+        domains = {how.domain(n) for n in fit}
+        if len(domains) < need:
+            return (
+                f"placement.antiAffinity Required: {len(fit)} eligible nodes span "
+                f"{len(domains)} topology domains; {need} needed"
+            )
+    return ""
 
 
 def retention_due(record: cpb.ChannelRecord) -> bool:

@@ -32,16 +32,45 @@ def replica_loads(sets: Mapping[str, Collection[int]], nodes: Iterable[int]) -> 
     return out
 
 
+@dataclass(frozen=True)
+class Spread:
+    """Anti-affinity between a pchannel's replicas: `domains` maps a node to its topology
+    domain (nodes without one are each their own); `required` refuses a second replica
+    in a domain, else one is taken only when no fresh domain is left (Preferred)."""
+
+    domains: Mapping[int, str]
+    required: bool = True
+
+    def domain(self, node: int) -> str:
+        return self.domains.get(node) or f"node {node}"
+
+
 def place(
     count: int,
     loads: Mapping[int, int],
     live: Iterable[int],
     drained: Iterable[int],
     exclude: Collection[int] = (),
+    spread: Spread | None = None,
+    keep: Collection[int] = (),
 ) -> list[int]:
-    """Up to `count` distinct eligible nodes outside `exclude`, least loaded first."""
+    """Up to `count` distinct eligible nodes outside `exclude`, least loaded first, in
+    domains none of `keep` (the members staying) is in when `spread` says so."""
     candidates = [n for n in eligible(live, drained) if n not in set(exclude)]
-    return sorted(candidates, key=lambda n: (loads.get(n, 0), n))[: max(count, 0)]
+    ranked = sorted(candidates, key=lambda n: (loads.get(n, 0), n))
+    if spread is None:
+        return ranked[: max(count, 0)]
+    used = {spread.domain(n) for n in keep}
+    out, skipped = [], []
+    for node in ranked:
+        if spread.domain(node) in used:
+            skipped.append(node)
+            continue
+        out.append(node)
+        used.add(spread.domain(node))
+    if not spread.required:
+        out += skipped
+    return out[: max(count, 0)]
 
 
 def desired_members(
@@ -52,6 +81,7 @@ def desired_members(
     drained: Collection[int],
     loads: Mapping[int, int],
     leader: int | None = None,
+    spread: Spread | None = None,
 ) -> list[int]:
     """The set to have: shrunk to `wanted`, lost or drained members replaced in place,
     then filled to `wanted`.
@@ -74,7 +104,9 @@ def desired_members(
     gone = [
         i for i, n in enumerate(out) if n not in set(alive) or (n in set(drained) and n != leader)
     ]
-    spare = place(len(gone) + max(wanted - len(out), 0), loads, live, drained, exclude=out)
+    kept = [n for i, n in enumerate(out) if i not in set(gone)]
+    count = len(gone) + max(wanted - len(out), 0)
+    spare = place(count, loads, live, drained, exclude=out, spread=spread, keep=kept)
     for i in gone:
         if not spare:
             break
@@ -129,10 +161,12 @@ def next_step(
     live: Collection[int],
     drained: Collection[int],
     loads: Mapping[int, int],
+    spread: Spread | None = None,
 ) -> Step:
-    """The one thing a replicated pchannel needs this round (None: nothing)."""
+    """The one thing a replicated pchannel needs this round (None: nothing). `drained`
+    includes the nodes the pchannel's placement excludes (replaced like drained ones)."""
     if not view.placed:
-        first = desired_members((), view.wanted, alive, live, drained, loads)
+        first = desired_members((), view.wanted, alive, live, drained, loads, spread=spread)
         if len(first) < majority(view.wanted):
             return Wait(f"needs {majority(view.wanted)} live nodes, has {len(first)}")
         return TermChange("placement", tuple(first))
@@ -143,7 +177,9 @@ def next_step(
     target = (
         list(view.members)
         if view.previous
-        else desired_members(view.members, view.wanted, alive, live, drained, loads, view.leader)
+        else desired_members(
+            view.members, view.wanted, alive, live, drained, loads, view.leader, spread
+        )
     )
     if not view.assigned:
         return TermChange("resume", tuple(target))

@@ -478,6 +478,16 @@ def rejoin(before: cpb.ChannelRecord, nodes: tuple[int, ...], ctx: Round) -> Sag
     return None
 
 
+def unschedulable(before: cpb.ChannelRecord, reason: str) -> Saga:
+    """Say that the pchannel's placement excludes the nodes it needs ("": no longer)."""
+    name = before.meta.channel.name
+    level = logging.WARNING if reason else logging.INFO
+    message = "placement unschedulable" if reason else "placement schedulable again"
+    fields = {"pchannel": name, "reason": reason}
+    yield Announce(level, message, fields, "unschedulable", {"reason": reason})
+    return None
+
+
 def apply_retention(before: cpb.ChannelRecord, ctx: Round) -> Saga:
     """Give every alive member (or the single owner) the record's retention under the
     current term, each in its role; once all of them took it, persist it as applied

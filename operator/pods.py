@@ -57,6 +57,22 @@ def address(pod: Pod) -> str | None:
     return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
 
 
+def placement_attrs(pods: list[Pod]) -> tuple[dict[int, dict[str, str]], dict[int, str]]:
+    """({node id: pod labels}, {node id: topology domain}) of the pods that are nodes. The
+    domain is the Kubernetes node a pod runs on (`spec.nodeName`: the
+    kubernetes.io/hostname topology), or the pod itself while it has none."""
+    nodes = nodes_from_pods(pods)
+    labels: dict[int, dict[str, str]] = {}
+    domains: dict[int, str] = {}
+    for pod in pods:
+        nid = node_id(pod)
+        if nid in nodes and nid not in labels:
+            meta = pod.get("metadata") or {}
+            labels[nid] = dict(meta.get("labels") or {})
+            domains[nid] = (pod.get("spec") or {}).get("nodeName") or f"pod {meta.get('name')}"
+    return labels, domains
+
+
 def nodes_from_pods(pods: list[Pod]) -> dict[int, str]:
     """{node id: address} of the Ready pods; on a duplicate id the first pod by name wins."""
     out: dict[int, str] = {}

@@ -249,7 +249,8 @@ class OperatorRuntime:
             self.pods.pop(name, None)
         else:
             self.pods[name] = pod
-        self.coord.set_nodes(podlib.nodes_from_pods(list(self.pods.values())))
+        pods = list(self.pods.values())
+        self.coord.set_nodes(podlib.nodes_from_pods(pods), *podlib.placement_attrs(pods))
 
     async def heal(self, name: str, refresh: bool = False) -> None:
         """Rewrite status when it differs from what it should say (generation, condition)."""
@@ -270,7 +271,8 @@ class OperatorRuntime:
 
     def _on_outcome(self, kind: str, name: str, fields: dict) -> None:
         if kind in ("assigned", "failover"):
-            self.store.notes.pop(name, None)
+            if self.store.notes.get(name, st.Note("", "")).reason != st.UNSCHEDULABLE:
+                self.store.notes.pop(name, None)
             reason = "Failover" if kind == "failover" else "Assigned"
             message = (
                 f"assigned to node {fields['new_node']} under term {fields['new_term']}"
@@ -300,6 +302,13 @@ class OperatorRuntime:
             )
             self.store.notes[name] = st.Note("DataLoss", message)
             self._spawn(self.post_event(name, "DataLoss", message, "Warning"))
+            self._spawn(self._touch_later(name))
+        elif kind == "unschedulable":
+            if fields["reason"]:
+                self.store.notes[name] = st.Note(st.UNSCHEDULABLE, fields["reason"])
+                self._spawn(self.post_event(name, st.UNSCHEDULABLE, fields["reason"], "Warning"))
+            elif self.store.notes.get(name, st.Note("", "")).reason == st.UNSCHEDULABLE:
+                self.store.notes.pop(name, None)
             self._spawn(self._touch_later(name))
         elif kind == "unavailable" and fields.get("code"):
             # Waiting for the node with its only copy: the condition says so from the

@@ -25,6 +25,7 @@ from streamwal.proto import streaming_pb2 as pb
 Obj = dict[str, Any]
 DEFAULT_AGE = "168h"  # the CRD's default of spec.retention.age
 NOT_ENOUGH_NODES = "NotEnoughNodes"
+UNSCHEDULABLE = "Unschedulable"
 
 S = pb.PChannelMetaState
 STATE_NAMES = {
@@ -69,6 +70,9 @@ def record_from_object(obj: Obj) -> cpb.ChannelRecord:
     spec = obj.get("spec") or {}
     record.replicas = int(spec.get("replicas") or 1)
     record.allow_data_loss = bool((spec.get("failover") or {}).get("allowDataLoss"))
+    placement = spec.get("placement") or {}
+    record.node_selector.update(placement.get("nodeSelector") or {})
+    record.anti_affinity = placement.get("antiAffinity") or "Required"
     wanted = spec.get("retention") or {}
     record.retention.CopyFrom(
         pb.RetentionPolicy(
@@ -115,6 +119,8 @@ def ready_condition(record: cpb.ChannelRecord, note: Note | None, live_nodes: in
     meta = record.meta
     term, node = meta.channel.term, meta.node
     wanted = max(record.replicas, 1)
+    if note is not None and note.reason == UNSCHEDULABLE:  # never a silent fallback
+        return _cond("False", UNSCHEDULABLE, note.message)
     if meta.state == S.PCHANNEL_META_STATE_ASSIGNED:
         served = f"served by node {node.server_id} ({node.address}) under term {term}"
         have = len(record.members) or 1

@@ -18,7 +18,14 @@ class OwnerDescription(_message.Message):
     def __init__(self, role: _Optional[str] = ..., address: _Optional[str] = ..., description_text: _Optional[str] = ...) -> None: ...
 
 class ChannelRecord(_message.Message):
-    __slots__ = ("meta", "owner", "destroyed", "created_at_ms", "replicas", "members", "previous_members", "joint_until", "allow_data_loss", "retention", "applied_retention")
+    __slots__ = ("meta", "owner", "destroyed", "created_at_ms", "replicas", "members", "previous_members", "joint_until", "allow_data_loss", "retention", "applied_retention", "node_selector", "anti_affinity")
+    class NodeSelectorEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     META_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
     DESTROYED_FIELD_NUMBER: _ClassVar[int]
@@ -30,6 +37,8 @@ class ChannelRecord(_message.Message):
     ALLOW_DATA_LOSS_FIELD_NUMBER: _ClassVar[int]
     RETENTION_FIELD_NUMBER: _ClassVar[int]
     APPLIED_RETENTION_FIELD_NUMBER: _ClassVar[int]
+    NODE_SELECTOR_FIELD_NUMBER: _ClassVar[int]
+    ANTI_AFFINITY_FIELD_NUMBER: _ClassVar[int]
     meta: _streaming_pb2.PChannelMeta
     owner: OwnerDescription
     destroyed: bool
@@ -41,7 +50,9 @@ class ChannelRecord(_message.Message):
     allow_data_loss: bool
     retention: _streaming_pb2.RetentionPolicy
     applied_retention: _streaming_pb2.RetentionPolicy
-    def __init__(self, meta: _Optional[_Union[_streaming_pb2.PChannelMeta, _Mapping]] = ..., owner: _Optional[_Union[OwnerDescription, _Mapping]] = ..., destroyed: _Optional[bool] = ..., created_at_ms: _Optional[int] = ..., replicas: _Optional[int] = ..., members: _Optional[_Iterable[_Union[_streaming_pb2.StreamingNodeInfo, _Mapping]]] = ..., previous_members: _Optional[_Iterable[_Union[_streaming_pb2.StreamingNodeInfo, _Mapping]]] = ..., joint_until: _Optional[int] = ..., allow_data_loss: _Optional[bool] = ..., retention: _Optional[_Union[_streaming_pb2.RetentionPolicy, _Mapping]] = ..., applied_retention: _Optional[_Union[_streaming_pb2.RetentionPolicy, _Mapping]] = ...) -> None: ...
+    node_selector: _containers.ScalarMap[str, str]
+    anti_affinity: str
+    def __init__(self, meta: _Optional[_Union[_streaming_pb2.PChannelMeta, _Mapping]] = ..., owner: _Optional[_Union[OwnerDescription, _Mapping]] = ..., destroyed: _Optional[bool] = ..., created_at_ms: _Optional[int] = ..., replicas: _Optional[int] = ..., members: _Optional[_Iterable[_Union[_streaming_pb2.StreamingNodeInfo, _Mapping]]] = ..., previous_members: _Optional[_Iterable[_Union[_streaming_pb2.StreamingNodeInfo, _Mapping]]] = ..., joint_until: _Optional[int] = ..., allow_data_loss: _Optional[bool] = ..., retention: _Optional[_Union[_streaming_pb2.RetentionPolicy, _Mapping]] = ..., applied_retention: _Optional[_Union[_streaming_pb2.RetentionPolicy, _Mapping]] = ..., node_selector: _Optional[_Mapping[str, str]] = ..., anti_affinity: _Optional[str] = ...) -> None: ...
 
 class ChannelManifest(_message.Message):
     __slots__ = ("names",)

@@ -72,6 +72,8 @@ def round_of(
     now=100.0,
     nodes=NODES,
     grace=30.0,
+    labels=None,
+    domains=None,
 ) -> pl.Plan:
     snapshot = pl.Snapshot(
         records={s.name: s for s in records},
@@ -81,6 +83,8 @@ def round_of(
         rebalance_due=rebalance,
         max_moves=max_moves,
         grace=grace,
+        labels=labels or {},
+        domains=domains or {},
     )
     seen = pl.Observations(
         alive=frozenset(alive),
@@ -107,6 +111,8 @@ def kinds(plan: pl.Plan) -> list[tuple]:
             out.append(("joint-done", job.name))
         elif isinstance(job, pl.ApplyRetention):
             out.append(("retention", job.name))
+        elif isinstance(job, pl.Unschedulable):
+            out.append(("unschedulable", job.name, job.reason))
         else:
             out.append(("remove", job.name, job.term, job.node.server_id))
     return out
@@ -385,4 +391,51 @@ def test_a_retention_the_members_have_not_taken_is_applied_once_assigned() -> No
     assert kinds(round_of([changed, same, moving, unset])) == [
         ("reassign", "c", "resume", None),  # its move carries the retention
         ("retention", "a"),
+    ]
+
+
+ZONES = {1: {"disk": "ssd"}, 2: {"disk": "ssd"}, 3: {"disk": "hdd"}, 4: {"disk": "hdd"}}
+
+
+def test_a_node_selector_places_single_copies_and_moves_them_off_unfit_nodes() -> None:
+    new = single("n", sm.UNINITIALIZED)
+    new.record.node_selector["disk"] = "hdd"
+    moved = single("m", node=1)
+    moved.record.node_selector["disk"] = "hdd"
+    plan = round_of([new, moved], labels=ZONES)
+    assert kinds(plan) == [("reassign", "m", "placement", 3), ("reassign", "n", "placement", 4)]
+
+
+def test_a_selector_no_live_node_matches_is_unschedulable_and_said_once() -> None:
+    stored = single("a", node=1)
+    stored.record.node_selector["disk"] = "nvme"
+    why = "placement.nodeSelector {disk=nvme} matches 0 of 4 live streaming nodes; 1 needed"
+    assert kinds(round_of([stored], labels=ZONES)) == [("unschedulable", "a", why)]
+    said = Memory(unschedulable={"a": why})
+    assert kinds(round_of([stored], labels=ZONES, memory=said)) == []
+    stored.record.node_selector["disk"] = "ssd"  # fixed: said again, as cleared
+    assert kinds(round_of([stored], labels=ZONES, memory=said)) == [("unschedulable", "a", "")]
+
+
+def test_replicas_follow_the_selector_and_required_anti_affinity() -> None:
+    r = replicated("r", members=(1, 2, 3), leader=1)
+    r.record.node_selector["disk"] = "hdd"  # only 3 and 4: 2 of 3 wanted, a majority
+    # node 4 replaces node 2 (a follower); leader 1 is unfit too: the next round hands over
+    assert kinds(round_of([r], labels=ZONES))[0] == ("term", "r", "reconfigure", (1, 4, 3))
+    p = replicated("p", members=(), leader=1, state=sm.UNINITIALIZED)
+    p.record.replicas = 3
+    one_host = {1: "host-a", 2: "host-a", 3: "host-a", 4: "host-b"}
+    why = "placement.antiAffinity Required: 4 eligible nodes span 2 topology domains; 2 needed"
+    assert kinds(round_of([p], domains=one_host))[0] == ("term", "p", "placement", (1, 4))
+    assert why not in str(kinds(round_of([p], domains=one_host)))
+    p.record.anti_affinity = "Preferred"
+    assert kinds(round_of([p], domains=one_host))[0] == ("term", "p", "placement", (1, 4, 2))
+    all_one = dict.fromkeys(NODES, "host-a")
+    p.record.anti_affinity = ""  # Required
+    assert kinds(round_of([p], domains=all_one)) == [
+        (
+            "unschedulable",
+            "p",
+            "placement.antiAffinity Required: 4 eligible nodes span 1 topology domains; 2 needed",
+        )
     ]
