@@ -112,6 +112,7 @@ class Coordinator:
         # (kinds: assigned, failover, assign-failed, unclean-failover, unavailable).
         self.active = True
         self.listener: Listener | None = None
+        self.draining: set[int] = set()  # nodes being stopped (pods deleted): drained
         self.labels: dict[int, Mapping[str, str]] = {}  # node -> labels (placement)
         self.domains: dict[int, str] = {}  # node -> topology domain (anti-affinity)
         self.broadcaster = Broadcaster(self)
@@ -225,8 +226,30 @@ class Coordinator:
 
     def avoided(self) -> set[int]:
         """Nodes that take no new pchannels and hand over what they lead: drained ones,
-        and those whose clock is too far off (time ticks would run ahead there)."""
-        return self.drained() | set(self.skewed)
+        those being stopped (`set_draining`), and those whose clock is too far off (time
+        ticks would run ahead there)."""
+        return self.drained() | self.draining | set(self.skewed)
+
+    def set_draining(self, nodes: set[int]) -> None:
+        """Nodes about to stop (the operator: pods being deleted): drained until they
+        leave the node set, so that their leaderships move cleanly before they go."""
+        if nodes != self.draining:
+            log.info("nodes draining", extra={"nodes": sorted(nodes)})
+            self.draining = set(nodes)
+            self._rebalance_due = True
+            self.wake()
+
+    def _single_on_avoided(self) -> bool:
+        """Whether a single-replica pchannel is still served by an avoided node (the
+        rebalance that moves it off stays due until none is)."""
+        avoided = self.avoided()
+        return any(
+            not rs.is_replicated(s.record)
+            and s.record.meta.state == sm.ASSIGNED
+            and s.record.meta.node.server_id in avoided
+            for s in self.records.all().values()
+            if not s.record.destroyed
+        )
 
     def describe(self, names: list[str]) -> list[cpb.ChannelDescription]:
         """Descriptions of `names` (all live channels when empty); unknown names raise."""
@@ -531,7 +554,7 @@ class Coordinator:
         seen = self._observe_liveness(frozenset(await self._rechecks()))
         plan = pl.plan(self._snapshot(), seen, now)
         if plan.rebalanced:
-            self._rebalance_due = False
+            self._rebalance_due = self._single_on_avoided()
         for job in plan.fence:  # fenced once per observation; the next probe tells
             report = self.memory.reports.get(job.node.server_id)
             if report is not None:

@@ -251,6 +251,7 @@ class OperatorRuntime:
             self.pods[name] = pod
         pods = list(self.pods.values())
         self.coord.set_nodes(podlib.nodes_from_pods(pods), *podlib.placement_attrs(pods))
+        self.coord.set_draining(podlib.draining(pods))
 
     async def heal(self, name: str, refresh: bool = False) -> None:
         """Rewrite status when it differs from what it should say (generation, condition)."""

@@ -132,7 +132,16 @@ def test_nodes_are_ready_pods_with_ip_grpc_port_and_id() -> None:
             pod("sw-node-5", "fd00::5", True, "5", port=1234),
         ]
     )
-    assert found == {0: "10.0.0.5:19530", 3: "10.0.0.8:19530", 5: "[fd00::5]:1234"}
+    # the terminating pod still serves: a node, drained so it hands over before it stops
+    assert found == {
+        0: "10.0.0.5:19530",
+        3: "10.0.0.8:19530",
+        4: "10.0.0.9:19530",
+        5: "[fd00::5]:1234",
+    }
+    assert pods.draining(
+        [pod("sw-node-4", "10.0.0.9", True, "4", deleting=True), pod("sw-node-0", "1.2.3.4", True)]
+    ) == {4}
 
 
 def test_replica_set_round_trips_and_spec_replicas_is_the_wanted_count() -> None:
