@@ -10,7 +10,7 @@ import click
 from google.protobuf.json_format import MessageToDict
 
 from streamwal import logs
-from streamwal.cli import LOG_LEVEL, SECONDS, Address, check_address
+from streamwal.cli import LOG_LEVEL, SECONDS, Address, Duration, Size, check_address
 from streamwal.coord.liveness import DEFAULT_GRACE, DEFAULT_PROBE_INTERVAL
 
 
@@ -209,6 +209,18 @@ def _call(address: str, method: str, request):
     help="A single-replica pchannel whose node is gone for the coord's grace period moves "
     "without its records (unclean failover). Default: it waits for that node.",
 )
+@click.option(
+    "--retention-age",
+    type=Duration(0, 36_500 * 86_400),
+    help="Max age of retained records on every replica, e.g. 7d, or forever "
+    "(default: the nodes' --retention-age).",
+)
+@click.option(
+    "--retention-size",
+    type=Size(0, 2**62),
+    help="Max retained bytes per replica, e.g. 10GiB, or unlimited (default: the nodes' "
+    "--retention-size). Either retention option sets both (the other unbounded).",
+)
 def create(
     address: str,
     count: int,
@@ -217,17 +229,26 @@ def create(
     description: str,
     replicas: int,
     allow_data_loss: bool,
+    retention_age: float | None,
+    retention_size: int | None,
 ) -> None:
     """Create pchannels; prints their names, one per line."""
     from streamwal.proto import coord_pb2 as cpb
+    from streamwal.proto import streaming_pb2 as pb
 
     owner = cpb.OwnerDescription(role=role, description_text=description)
+    retention = None
+    if retention_age is not None or retention_size is not None:
+        retention = pb.RetentionPolicy(
+            max_age_ms=round((retention_age or 0) * 1000), max_bytes=retention_size or 0
+        )
     request = cpb.CreateChannelsRequest(
         owner=owner,
         num_channels=count,
         prefix=prefix,
         replicas=replicas,
         allow_data_loss=allow_data_loss,
+        retention=retention,
     )
     for name in _call(address, "CreateChannels", request).channel_names:
         click.echo(name)

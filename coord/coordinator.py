@@ -300,12 +300,16 @@ class Coordinator:
         prefix: str = "",
         replicas: int = 1,
         allow_data_loss: bool = False,
+        retention: pb.RetentionPolicy | None = None,
     ) -> list[str]:
         """Persist `count` new UNINITIALIZED pchannels named <prefix>_<n>; names never repeat.
 
         `replicas` (0 reads as 1): copies of each log, on distinct nodes; odd, so that a
         majority quorum exists (the PChannel CRD has the same rule). `allow_data_loss`:
-        a single copy on a gone node may move without its records (catch_up.hold)."""
+        a single copy on a gone node may move without its records (catch_up.hold).
+        `retention`: the policy every replica applies (None: the nodes' defaults)."""
+        if retention is not None and (retention.max_age_ms < 0 or retention.max_bytes < 0):
+            raise InvalidArgument("retention bounds must be >= 0")
         if not 1 <= count <= MAX_CREATE:
             raise InvalidArgument(f"num_channels must be in 1..{MAX_CREATE}, got {count}")
         replicas = replicas or 1
@@ -331,6 +335,7 @@ class Coordinator:
                 created_at_ms=now_ms,
                 replicas=replicas,
                 allow_data_loss=allow_data_loss,
+                retention=retention,
             )
             await self.records.persist(name, record)
         log.info(

@@ -110,6 +110,7 @@ class ChannelService(cpbg.StreamingCoordChannelServiceServicer):
             request.prefix,
             request.replicas,
             request.allow_data_loss,
+            request.retention if request.HasField("retention") else None,
         )
         return cpb.CreateChannelsResponse(channel_names=names)
 

@@ -69,18 +69,20 @@ class ClusterRecord(_message.Message):
     def __init__(self, incarnation: _Optional[int] = ..., drained_nodes: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class CreateChannelsRequest(_message.Message):
-    __slots__ = ("owner", "num_channels", "prefix", "replicas", "allow_data_loss")
+    __slots__ = ("owner", "num_channels", "prefix", "replicas", "allow_data_loss", "retention")
     OWNER_FIELD_NUMBER: _ClassVar[int]
     NUM_CHANNELS_FIELD_NUMBER: _ClassVar[int]
     PREFIX_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     ALLOW_DATA_LOSS_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_FIELD_NUMBER: _ClassVar[int]
     owner: OwnerDescription
     num_channels: int
     prefix: str
     replicas: int
     allow_data_loss: bool
-    def __init__(self, owner: _Optional[_Union[OwnerDescription, _Mapping]] = ..., num_channels: _Optional[int] = ..., prefix: _Optional[str] = ..., replicas: _Optional[int] = ..., allow_data_loss: _Optional[bool] = ...) -> None: ...
+    retention: _streaming_pb2.RetentionPolicy
+    def __init__(self, owner: _Optional[_Union[OwnerDescription, _Mapping]] = ..., num_channels: _Optional[int] = ..., prefix: _Optional[str] = ..., replicas: _Optional[int] = ..., allow_data_loss: _Optional[bool] = ..., retention: _Optional[_Union[_streaming_pb2.RetentionPolicy, _Mapping]] = ...) -> None: ...
 
 class CreateChannelsResponse(_message.Message):
     __slots__ = ("channel_names",)
