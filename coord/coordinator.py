@@ -37,11 +37,15 @@ from streamwal.coord.meta_store import MetaStore, check_name
 from streamwal.coord.metrics import CoordMetrics
 from streamwal.coord.node_link import NodeLinks
 from streamwal.errors import ChannelNotExist, Inner, InvalidArgument, StreamingError
+from streamwal.logs import Repeats
 from streamwal.proto import coord_pb2 as cpb
 from streamwal.proto import streaming_pb2 as pb
 from streamwal.tasks import cancel_and_wait
 
 log = logging.getLogger("streamwal.coord")
+# Every client of a pchannel reports the same error until the next round has acted on it:
+# logged once per pchannel, term and code, then with counts.
+_REPORTED = Repeats()
 
 MAX_CREATE = 1024
 MAX_REPLICAS = 9
@@ -353,9 +357,14 @@ class Coordinator:
         meta = self.records.metas().get(info.name)
         if meta is None or info.term < meta.channel.term:
             return  # unknown, or the client's view is older than ours: it will get ours
-        log.info(
+        _REPORTED.log(
+            log,
+            logging.INFO,
             "assignment error reported",
-            extra={"pchannel": info.name, "term": info.term, "code": err.code},
+            (info.name, info.term, err.code),
+            pchannel=info.name,
+            term=info.term,
+            code=err.code,
         )
         self.memory.recheck.add(info.name)
         self.wake()
