@@ -144,6 +144,7 @@ class LazyGroup(click.Group):
     lazy={
         "dev": "streamwal.testing.dev:dev",
         "node": "streamwal.node.cli:node",
+        "wait-drained": "streamwal.node.cli:wait_drained",
         "produce": "streamwal.client.cli:produce",
         "consume": "streamwal.client.cli:consume",
         "bench": "streamwal.bench.cli:bench",

@@ -11,6 +11,7 @@ from google.protobuf.json_format import MessageToDict
 
 from streamwal import logs
 from streamwal.cli import LOG_LEVEL, SECONDS, Address, check_address
+from streamwal.coord.liveness import DEFAULT_GRACE, DEFAULT_PROBE_INTERVAL
 
 
 class _Nodes(click.ParamType):
@@ -56,17 +57,18 @@ class _Nodes(click.ParamType):
 )
 @click.option(
     "--probe-interval",
-    default=0.5,
+    default=DEFAULT_PROBE_INTERVAL,
     show_default=True,
     type=SECONDS,
     help="Seconds between probes of a node.",
 )
 @click.option(
     "--grace",
-    default=1.5,
+    default=DEFAULT_GRACE,
     show_default=True,
     type=SECONDS,
-    help="Seconds without an answer before a node is lost.",
+    help="Seconds without an answer before a node is lost; also how long a pchannel that "
+    "allows data loss waits for its only copy's node before moving without it.",
 )
 @click.option(
     "--max-moves",
@@ -201,15 +203,31 @@ def _call(address: str, method: str, request):
     help="Copies of each log on distinct nodes (odd: 1, 3, 5, 7, 9); producers are "
     "acknowledged once a majority stored a message.",
 )
+@click.option(
+    "--allow-data-loss",
+    is_flag=True,
+    help="A single-replica pchannel whose node is gone for the coord's grace period moves "
+    "without its records (unclean failover). Default: it waits for that node.",
+)
 def create(
-    address: str, count: int, prefix: str, role: str, description: str, replicas: int
+    address: str,
+    count: int,
+    prefix: str,
+    role: str,
+    description: str,
+    replicas: int,
+    allow_data_loss: bool,
 ) -> None:
     """Create pchannels; prints their names, one per line."""
     from streamwal.proto import coord_pb2 as cpb
 
     owner = cpb.OwnerDescription(role=role, description_text=description)
     request = cpb.CreateChannelsRequest(
-        owner=owner, num_channels=count, prefix=prefix, replicas=replicas
+        owner=owner,
+        num_channels=count,
+        prefix=prefix,
+        replicas=replicas,
+        allow_data_loss=allow_data_loss,
     )
     for name in _call(address, "CreateChannels", request).channel_names:
         click.echo(name)

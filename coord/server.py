@@ -109,6 +109,7 @@ class ChannelService(cpbg.StreamingCoordChannelServiceServicer):
             request.num_channels,
             request.prefix,
             request.replicas,
+            request.allow_data_loss,
         )
         return cpb.CreateChannelsResponse(channel_names=names)
 
