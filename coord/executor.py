@@ -55,6 +55,7 @@ class Links(Protocol):
         min_next_offset: int = 0,
         replica_set: pb.ReplicaSet | None = None,
         accept_data_loss: bool = False,
+        retention: pb.RetentionPolicy | None = None,
     ) -> None: ...
 
     async def fence(
@@ -203,6 +204,12 @@ class Executor:
         return None
 
     async def _assign(self, step: sagas.Assign) -> StreamingError | None:
+        stored = self.records.get(step.name)
+        retention = (
+            stored.record.retention
+            if stored is not None and stored.record.HasField("retention")
+            else None
+        )
         try:
             await self.links.assign(
                 step.node.address,
@@ -213,6 +220,7 @@ class Executor:
                 min_next_offset=step.min_next_offset,
                 replica_set=step.replica_set,
                 accept_data_loss=step.accept_data_loss,
+                retention=retention,
             )
         except StreamingError as err:
             return err

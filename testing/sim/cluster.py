@@ -175,7 +175,10 @@ class SimLinks:
         min_next_offset: int = 0,
         replica_set: pb.ReplicaSet | None = None,
         accept_data_loss: bool = False,
+        retention: pb.RetentionPolicy | None = None,
     ) -> None:
+        """The simulated nodes keep whole logs: `retention` has nothing to bound there."""
+        del retention
         node = self._node(address)
         await self.cluster.net.call(
             COORD,
