@@ -52,7 +52,7 @@ async def test_produce_and_consume_by_name(cluster):
             "src=cli",
             "--no-progress",
             stdin=lines,
-        ).stdout  # fmt: skip
+        ).stdout
     )
     assert summary["messages"] == 20
     out = run(cluster, "consume", "orders", "--format", "json", "--count", "20").stdout

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import subprocess
-from base64 import b64decode
 import sys
+from base64 import b64decode
 from pathlib import Path
 
 import pytest
