@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from streamwal.cli import Address, coord_option
+from streamwal.cli import Address, Duration, coord_option
 from streamwal.client import cli_lines
 from streamwal.client.policy import DeliverFilter, DeliverPolicy
 
@@ -385,6 +385,22 @@ async def _send_all(
     help="Consume as a member of consumer group NAME (created on first use): members "
     "share the channel's messages, and the group's position survives restarts.",
 )
+@click.option(
+    "--at-most-once",
+    is_flag=True,
+    help="With --group: the group's position moves when messages are handed out (none "
+    "is ever delivered twice; those in flight when a member dies are lost). Default: "
+    "at-least-once, each batch committed once printed, a dead member's uncommitted "
+    "messages redelivered to the others.",
+)
+@click.option(
+    "--session-timeout",
+    type=Duration(low=0.1, high=3600),
+    default=10.0,
+    show_default=True,
+    help="With --group: a member silent this long is gone; its uncommitted messages go "
+    "to the other members.",
+)
 @click.option("--vchannel", default=None, help="Only this vchannel (and time ticks).")
 @click.option(
     "--tick-gt",
@@ -423,6 +439,8 @@ def consume(**opts) -> None:
     consumer follows the channel across failovers and never repeats an offset."""
     name = _channel(opts["channel"], opts["pchannel"])
     expert = _expert(opts)
+    if opts["group"] is None and opts["at_most_once"]:
+        raise click.UsageError("--at-most-once goes with --group")
     if opts["group"] is not None:
         if expert:
             raise click.UsageError("--group goes through the coord: leave out --node/--term")
@@ -498,11 +516,24 @@ async def _consume_routed(wal, name: str, start, filters, opts: dict) -> None:
         from streamwal.client.consumer_group import GroupConsumer, RoutedGroup
 
         pchannel, vchannel = await wal.resolve(name)
-        group = RoutedGroup(wal, pchannel, opts["group"], vchannel)
+        group = RoutedGroup(
+            wal,
+            pchannel,
+            opts["group"],
+            vchannel,
+            at_least_once=not opts["at_most_once"],
+            session_timeout=opts["session_timeout"],
+        )
         await group.create()
-        # A group's messages are taken off its position when fetched: fetch no more
-        # than --count still wants, so none is taken and left unprinted.
-        await _print(name, lambda limit: GroupConsumer(group, batch=limit).next_batch(), opts)
+        # Each batch is committed once its lines are out (flushed): at-least-once for
+        # whoever reads them. Fetches ask for no more than --count still wants.
+        members = GroupConsumer(group, auto_commit_interval=None)
+        try:
+            await _print(name, members.next_batch, opts, group.commit)
+        finally:
+            await members.close()
+            if group.redelivered:
+                click.echo(f"redelivered: {group.redelivered} messages", err=True)
         return
     end = None
     if start[0] == "latest":
@@ -515,9 +546,15 @@ async def _consume_routed(wal, name: str, start, filters, opts: dict) -> None:
         await consumer.close()
 
 
-async def _print(name: str, next_batch: Callable[[int], Awaitable[Any]], opts: dict) -> None:
-    """Write each batch's lines and flush them before waiting for the next;
-    `next_batch(limit)` fetches at most about `limit` messages (a group's exactly)."""
+async def _print(
+    name: str,
+    next_batch: Callable[[int], Awaitable[Any]],
+    opts: dict,
+    flushed: Callable[[], Awaitable[Any]] | None = None,
+) -> None:
+    """Write each batch's lines and flush them (then call `flushed`) before waiting for
+    the next; `next_batch(limit)` fetches at most about `limit` messages (a group's
+    exactly)."""
     from streamwal.message import MsgType
 
     out = sys.stdout.buffer
@@ -539,3 +576,5 @@ async def _print(name: str, next_batch: Callable[[int], Awaitable[Any]], opts: d
             if count is not None and seen >= count:
                 break
         out.flush()
+        if flushed is not None:
+            await flushed()

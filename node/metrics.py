@@ -56,6 +56,19 @@ class NodeMetrics:
             ["pchannel"],
             registry=r,
         )
+        self.group_lag = Gauge(
+            "streamwal_group_lag_messages",
+            "Messages (no time ticks) from a consumer group's committed offset to the end",
+            ["group", "pchannel"],
+            registry=r,
+        )
+        self.group_redelivered = Counter(
+            "streamwal_group_redelivered_messages_total",
+            "Messages handed again to a group because the consumer that had them went "
+            "away without committing",
+            ["group", "pchannel"],
+            registry=r,
+        )
         self.replica_acked = Gauge(
             "streamwal_replica_acked_offset",
             "On the leader: a follower's acknowledged log end",
