@@ -37,6 +37,9 @@ T = TypeVar("T")
 
 SESSION_TIMEOUT_S = 10.0
 AUTO_COMMIT_INTERVAL_S = 5.0
+# Auto-commit also once this many batches are uncommitted: the node holds at most 256
+# uncommitted ranges per member (node/cursors.py MAX_PENDING) and refuses more.
+AUTO_COMMIT_BATCHES = 128
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,7 @@ class RoutedGroup:
         self.delivered: int | None = None  # the highest offset consume returned
         self.committed_to: int | None = None  # the highest offset this member committed
         self.redelivered = 0  # messages this member got that another one had before
+        self.uncommitted_batches = 0  # the node holds at most 256 per member
 
     async def _call(self, fn: Callable[[NodeClient, Route], Awaitable[T]]) -> T:
         router = self._wal.router
@@ -157,6 +161,7 @@ class RoutedGroup:
             )
         )
         if got:
+            self.uncommitted_batches += 1
             top = max(m.offset for m in got)
             self.delivered = top if self.delivered is None else max(self.delivered, top)
             if got.redelivered:
@@ -176,6 +181,7 @@ class RoutedGroup:
             return None
         committed = await self._commit(upto, leave=False)
         self.committed_to = upto
+        self.uncommitted_batches = 0
         return committed
 
     async def _commit(self, upto: int | None, leave: bool) -> int:
@@ -213,7 +219,8 @@ class GroupConsumer:
     Auto-commit (at-least-once groups; `auto_commit_interval` seconds, None: off, then
     call `commit()`): a call of `next_batch` treats every message returned before as
     processed and commits them once the interval has passed since the last commit, as
-    Kafka's consumer does in poll(). `close()` commits them too, then leaves the group."""
+    Kafka's consumer does in poll() (or once AUTO_COMMIT_BATCHES batches are
+    uncommitted). `close()` commits them too, then leaves the group."""
 
     def __init__(
         self,
@@ -244,7 +251,8 @@ class GroupConsumer:
         interval = self.auto_commit_interval
         if interval is None or not self.group.uncommitted():
             return
-        if time.monotonic() - self._committed_at >= interval:
+        due = time.monotonic() - self._committed_at >= interval
+        if due or self.group.uncommitted_batches >= AUTO_COMMIT_BATCHES:
             await self.commit()
 
     async def commit(self) -> int | None:

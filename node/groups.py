@@ -172,7 +172,7 @@ class GroupService:
         table.cursors[group] = cursor  # taken: a concurrent consume starts after it
         table.record_claim(group, consumer, Claim(req.claim, start, cursor))
         if req.at_least_once and pieces:
-            table.hold(group, consumer, (start, cursor))
+            table.hold(group, consumer, (start, _after_last(pieces)))
         await self._persist(ch, term, table)
         self._export_lag(ch, table, group)
         return _response(pieces, cursor)
@@ -187,7 +187,7 @@ class GroupService:
         table.settle_orphan(group, (orphan[0], after))
         table.record_claim(group, consumer, Claim(req.claim, orphan[0], after))
         if pieces:
-            table.hold(group, consumer, (orphan[0], after))
+            table.hold(group, consumer, (orphan[0], _after_last(pieces)))
         await self._persist(ch, term, table)
         self.wal.metrics.group_redelivered.labels(group=group, pchannel=ch.name).inc(
             sum(p.count for _, p in pieces)
@@ -314,6 +314,14 @@ class GroupService:
         table.cursors[req.group] = offset
         await self._persist(ch, term, table)
         return gpb.GroupSeekResponse()
+
+
+def _after_last(pieces: list[tuple[int, delivery.Slice]]) -> int:
+    """The offset after the last message handed out: a pending range ends there, not
+    at the cursor (which may have moved on over ticks the consumer never sees, and a
+    commit of its last message must settle the range)."""
+    last = pieces[-1][1]
+    return (last.offsets[-1] if last.offsets else last.first_offset + last.count - 1) + 1
 
 
 def _session(ms: int) -> float:
