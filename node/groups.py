@@ -175,6 +175,7 @@ class GroupService:
             table.hold(group, consumer, (start, _after_last(pieces)))
         await self._persist(ch, term, table)
         self._export_lag(ch, table, group)
+        self.wal.metrics.delivered(ch.name)[0] += sum(p.count for _, p in pieces)
         return _response(pieces, cursor)
 
     async def _redeliver(
@@ -189,9 +190,9 @@ class GroupService:
         if pieces:
             table.hold(group, consumer, (orphan[0], _after_last(pieces)))
         await self._persist(ch, term, table)
-        self.wal.metrics.group_redelivered.labels(group=group, pchannel=ch.name).inc(
-            sum(p.count for _, p in pieces)
-        )
+        count = sum(p.count for _, p in pieces)
+        self.wal.metrics.group_redelivered.labels(group=group, pchannel=ch.name).inc(count)
+        self.wal.metrics.delivered(ch.name)[0] += count
         response = _response(pieces, table.cursors[group])
         response.redelivered = bool(pieces)
         return response
