@@ -271,6 +271,7 @@ class Coordinator:
                 meta=record.meta,
                 data_loss=self.memory.data_loss.get(n, ""),
                 allow_data_loss=record.allow_data_loss,
+                retention=record.retention,
             )
             pl.describe_replication(record, self.memory.reports, description)
             out.append(description)
@@ -304,17 +305,65 @@ class Coordinator:
         prefix: str = "",
         replicas: int = 1,
         allow_data_loss: bool = False,
+        names: Sequence[str] = (),
+        retention: pb.RetentionPolicy | None = None,
     ) -> list[str]:
-        """Persist `count` new UNINITIALIZED pchannels named <prefix>_<n>; names never repeat.
+        """Persist new UNINITIALIZED pchannels: exactly `names` when given, else `count`
+        named <prefix>_<n>; names never repeat (a destroyed one is not reused either).
 
         `replicas` (0 reads as 1): copies of each log, on distinct nodes; odd, so that a
         majority quorum exists (the PChannel CRD has the same rule). `allow_data_loss`:
-        a single copy on a gone node may move without its records (catch_up.hold)."""
-        if not 1 <= count <= MAX_CREATE:
-            raise InvalidArgument(f"num_channels must be in 1..{MAX_CREATE}, got {count}")
+        a single copy on a gone node may move without its records (catch_up.hold).
+        `retention`: kept in the record and given to every node the pchannel is assigned
+        to."""
         replicas = replicas or 1
         if not (1 <= replicas <= MAX_REPLICAS and replicas % 2 == 1):
             raise InvalidArgument(f"replicas must be odd (1, 3, 5, 7 or 9), got {replicas}")
+        if retention is not None and (retention.max_age_ms < 0 or retention.max_bytes < 0):
+            raise InvalidArgument("retention bounds must not be negative")
+        if names:
+            created = self._new_names(names, count, prefix)
+        else:
+            created = self._numbered_names(count, prefix)
+        now_ms = int(self.wall() * 1000)
+        for name in created:
+            record = cpb.ChannelRecord(
+                meta=sm.new_channel(name),
+                owner=owner,
+                created_at_ms=now_ms,
+                replicas=replicas,
+                allow_data_loss=allow_data_loss,
+                retention=retention,
+            )
+            await self.records.persist(name, record)
+        log.info(
+            "channels created",
+            extra={"channels": created, "role": owner.role, "replicas": replicas},
+        )
+        self.wake()
+        return created
+
+    def _new_names(self, names: Sequence[str], count: int, prefix: str) -> list[str]:
+        """`names` checked: plain, distinct, never used before, and not mixed with the
+        numbered form."""
+        if count or prefix:
+            raise InvalidArgument("give either names or num_channels/prefix, not both")
+        if len(names) > MAX_CREATE:
+            raise InvalidArgument(f"at most {MAX_CREATE} names at once, got {len(names)}")
+        wanted = [check_name(n) for n in names]
+        if len(set(wanted)) != len(wanted):
+            raise InvalidArgument("a name is given twice")
+        known = self.records.all()
+        taken = [n for n in wanted if n in known]
+        if taken:
+            gone = [n for n in taken if known[n].record.destroyed]
+            why = " (destroyed names are never reused)" if gone else ""
+            raise InvalidArgument(f"pchannel already exists: {', '.join(taken)}{why}")
+        return wanted
+
+    def _numbered_names(self, count: int, prefix: str) -> list[str]:
+        if not 1 <= count <= MAX_CREATE:
+            raise InvalidArgument(f"num_channels must be in 1..{MAX_CREATE}, got {count}")
         prefix = check_name(prefix or "pchannel")
         head = prefix + "_"
         used = {
@@ -322,25 +371,12 @@ class Coordinator:
             for n in self.records.all()
             if n.startswith(head) and n[len(head) :].isdigit()
         }
-        names, index = [], 0
+        names: list[str] = []
+        index = 0
         while len(names) < count:
             if index not in used:
                 names.append(check_name(f"{prefix}_{index}"))
             index += 1
-        now_ms = int(self.wall() * 1000)
-        for name in names:
-            record = cpb.ChannelRecord(
-                meta=sm.new_channel(name),
-                owner=owner,
-                created_at_ms=now_ms,
-                replicas=replicas,
-                allow_data_loss=allow_data_loss,
-            )
-            await self.records.persist(name, record)
-        log.info(
-            "channels created", extra={"channels": names, "role": owner.role, "replicas": replicas}
-        )
-        self.wake()
         return names
 
     async def destroy_channels(self, names: list[str]) -> None:

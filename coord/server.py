@@ -110,6 +110,8 @@ class ChannelService(cpbg.StreamingCoordChannelServiceServicer):
             request.prefix,
             request.replicas,
             request.allow_data_loss,
+            list(request.names),
+            request.retention if request.HasField("retention") else None,
         )
         return cpb.CreateChannelsResponse(channel_names=names)
 

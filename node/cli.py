@@ -271,7 +271,9 @@ class _ProduceListen(Address):
 )
 @LOG_LEVEL
 def node(log_level: str, **flags) -> None:
-    """Run a streaming node: a durable WAL of pchannels served over gRPC."""
+    """Run a streaming node: a durable WAL of pchannels served over gRPC.
+
+    `streamwal node list` and `streamwal node drain|undrain ID` ask the coord instead."""
     config = _config(**flags)
     from streamwal.node.server import NodeServer, StartupError
 

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from . import streaming_pb2 as streaming__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0b\x63oord.proto\x12\x0fstreamwal.coord\x1a\x0fstreaming.proto\"K\n\x10OwnerDescription\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x18\n\x10\x64\x65scription_text\x18\x03 \x01(\t\"\xf5\x04\n\rChannelRecord\x12\x32\n\x04meta\x18\x01 \x01(\x0b\x32$.milvus.proto.streaming.PChannelMeta\x12\x30\n\x05owner\x18\x02 \x01(\x0b\x32!.streamwal.coord.OwnerDescription\x12\x11\n\tdestroyed\x18\x03 \x01(\x08\x12\x15\n\rcreated_at_ms\x18\x04 \x01(\x03\x12\x10\n\x08replicas\x18\x05 \x01(\x05\x12:\n\x07members\x18\x06 \x03(\x0b\x32).milvus.proto.streaming.StreamingNodeInfo\x12\x43\n\x10previous_members\x18\x07 \x03(\x0b\x32).milvus.proto.streaming.StreamingNodeInfo\x12\x13\n\x0bjoint_until\x18\x08 \x01(\x04\x12\x17\n\x0f\x61llow_data_loss\x18\t \x01(\x08\x12:\n\tretention\x18\n \x01(\x0b\x32\'.milvus.proto.streaming.RetentionPolicy\x12\x42\n\x11\x61pplied_retention\x18\x0b \x01(\x0b\x32\'.milvus.proto.streaming.RetentionPolicy\x12G\n\rnode_selector\x18\x0c \x03(\x0b\x32\x30.streamwal.coord.ChannelRecord.NodeSelectorEntry\x12\x15\n\ranti_affinity\x18\r \x01(\t\x1a\x33\n\x11NodeSelectorEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\" \n\x0f\x43hannelManifest\x12\r\n\x05names\x18\x01 \x03(\t\";\n\rClusterRecord\x12\x13\n\x0bincarnation\x18\x01 \x01(\x03\x12\x15\n\rdrained_nodes\x18\x02 \x03(\x03\"\x9a\x01\n\x15\x43reateChannelsRequest\x12\x30\n\x05owner\x18\x01 \x01(\x0b\x32!.streamwal.coord.OwnerDescription\x12\x14\n\x0cnum_channels\x18\x02 \x01(\x05\x12\x0e\n\x06prefix\x18\x03 \x01(\t\x12\x10\n\x08replicas\x18\x04 \x01(\x05\x12\x17\n\x0f\x61llow_data_loss\x18\x05 \x01(\x08\"/\n\x16\x43reateChannelsResponse\x12\x15\n\rchannel_names\x18\x01 \x03(\t\"/\n\x16\x44\x65stroyChannelsRequest\x12\x15\n\rchannel_names\x18\x01 \x03(\t\"\x19\n\x17\x44\x65stroyChannelsResponse\"0\n\x17\x44\x65scribeChannelsRequest\x12\x15\n\rchannel_names\x18\x01 \x03(\t\"\xf1\x02\n\x12\x43hannelDescription\x12\x14\n\x0c\x63hannel_name\x18\x01 \x01(\t\x12\x30\n\x05owner\x18\x02 \x01(\x0b\x32!.streamwal.coord.OwnerDescription\x12\x32\n\x04meta\x18\x03 \x01(\x0b\x32$.milvus.proto.streaming.PChannelMeta\x12\x10\n\x08replicas\x18\x04 \x01(\x05\x12:\n\x07members\x18\x05 \x03(\x0b\x32).milvus.proto.streaming.StreamingNodeInfo\x12\x39\n\x08progress\x18\x06 \x03(\x0b\x32\'.milvus.proto.streaming.ReplicaProgress\x12\x13\n\x0bnext_offset\x18\x07 \x01(\x04\x12\x15\n\rcommit_offset\x18\x08 \x01(\x04\x12\x11\n\tdata_loss\x18\t \x01(\t\x12\x17\n\x0f\x61llow_data_loss\x18\n \x01(\x08\"U\n\x18\x44\x65scribeChannelsResponse\x12\x39\n\x0c\x64\x65scriptions\x18\x01 \x03(\x0b\x32#.streamwal.coord.ChannelDescription\"6\n\x10\x44rainNodeRequest\x12\x11\n\tserver_id\x18\x01 \x01(\x03\x12\x0f\n\x07undrain\x18\x02 \x01(\x08\"\x13\n\x11\x44rainNodeResponse\"-\n\x15\x41\x63\x63\x65ptDataLossRequest\x12\x14\n\x0c\x63hannel_name\x18\x01 \x01(\t\"\x18\n\x16\x41\x63\x63\x65ptDataLossResponse\"\x12\n\x10ListNodesRequest\"\x7f\n\x0fNodeDescription\x12\x37\n\x04node\x18\x01 \x01(\x0b\x32).milvus.proto.streaming.StreamingNodeInfo\x12\x10\n\x08liveness\x18\x02 \x01(\t\x12\x0f\n\x07\x64rained\x18\x03 \x01(\x08\x12\x10\n\x08\x63hannels\x18\x04 \x01(\x05\"D\n\x11ListNodesResponse\x12/\n\x05nodes\x18\x01 \x03(\x0b\x32 .streamwal.coord.NodeDescription2\xe7\x04\n\x1cStreamingCoordChannelService\x12\x63\n\x0e\x43reateChannels\x12&.streamwal.coord.CreateChannelsRequest\x1a\'.streamwal.coord.CreateChannelsResponse\"\x00\x12\x66\n\x0f\x44\x65stroyChannels\x12\'.streamwal.coord.DestroyChannelsRequest\x1a(.streamwal.coord.DestroyChannelsResponse\"\x00\x12i\n\x10\x44\x65scribeChannels\x12(.streamwal.coord.DescribeChannelsRequest\x1a).streamwal.coord.DescribeChannelsResponse\"\x00\x12T\n\tDrainNode\x12!.streamwal.coord.DrainNodeRequest\x1a\".streamwal.coord.DrainNodeResponse\"\x00\x12T\n\tListNodes\x12!.streamwal.coord.ListNodesRequest\x1a\".streamwal.coord.ListNodesResponse\"\x00\x12\x63\n\x0e\x41\x63\x63\x65ptDataLoss\x12&.streamwal.coord.AcceptDataLossRequest\x1a\'.streamwal.coord.AcceptDataLossResponse\"\x00\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0b\x63oord.proto\x12\x0fstreamwal.coord\x1a\x0fstreaming.proto\"K\n\x10OwnerDescription\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x18\n\x10\x64\x65scription_text\x18\x03 \x01(\t\"\xf5\x04\n\rChannelRecord\x12\x32\n\x04meta\x18\x01 \x01(\x0b\x32$.milvus.proto.streaming.PChannelMeta\x12\x30\n\x05owner\x18\x02 \x01(\x0b\x32!.streamwal.coord.OwnerDescription\x12\x11\n\tdestroyed\x18\x03 \x01(\x08\x12\x15\n\rcreated_at_ms\x18\x04 \x01(\x03\x12\x10\n\x08replicas\x18\x05 \x01(\x05\x12:\n\x07members\x18\x06 \x03(\x0b\x32).milvus.proto.streaming.StreamingNodeInfo\x12\x43\n\x10previous_members\x18\x07 \x03(\x0b\x32).milvus.proto.streaming.StreamingNodeInfo\x12\x13\n\x0bjoint_until\x18\x08 \x01(\x04\x12\x17\n\x0f\x61llow_data_loss\x18\t \x01(\x08\x12:\n\tretention\x18\n \x01(\x0b\x32\'.milvus.proto.streaming.RetentionPolicy\x12\x42\n\x11\x61pplied_retention\x18\x0b \x01(\x0b\x32\'.milvus.proto.streaming.RetentionPolicy\x12G\n\rnode_selector\x18\x0c \x03(\x0b\x32\x30.streamwal.coord.ChannelRecord.NodeSelectorEntry\x12\x15\n\ranti_affinity\x18\r \x01(\t\x1a\x33\n\x11NodeSelectorEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\" \n\x0f\x43hannelManifest\x12\r\n\x05names\x18\x01 \x03(\t\";\n\rClusterRecord\x12\x13\n\x0bincarnation\x18\x01 \x01(\x03\x12\x15\n\rdrained_nodes\x18\x02 \x03(\x03\"\xe5\x01\n\x15\x43reateChannelsRequest\x12\x30\n\x05owner\x18\x01 \x01(\x0b\x32!.streamwal.coord.OwnerDescription\x12\x14\n\x0cnum_channels\x18\x02 \x01(\x05\x12\x0e\n\x06prefix\x18\x03 \x01(\t\x12\x10\n\x08replicas\x18\x04 \x01(\x05\x12\x17\n\x0f\x61llow_data_loss\x18\x05 \x01(\x08\x12\r\n\x05names\x18\x06 \x03(\t\x12:\n\tretention\x18\x07 \x01(\x0b\x32\'.milvus.proto.streaming.RetentionPolicy\"/\n\x16\x43reateChannelsResponse\x12\x15\n\rchannel_names\x18\x01 \x03(\t\"/\n\x16\x44\x65stroyChannelsRequest\x12\x15\n\rchannel_names\x18\x01 \x03(\t\"\x19\n\x17\x44\x65stroyChannelsResponse\"0\n\x17\x44\x65scribeChannelsRequest\x12\x15\n\rchannel_names\x18\x01 \x03(\t\"\xd7\x03\n\x12\x43hannelDescription\x12\x14\n\x0c\x63hannel_name\x18\x01 \x01(\t\x12\x30\n\x05owner\x18\x02 \x01(\x0b\x32!.streamwal.coord.OwnerDescription\x12\x32\n\x04meta\x18\x03 \x01(\x0b\x32$.milvus.proto.streaming.PChannelMeta\x12\x10\n\x08replicas\x18\x04 \x01(\x05\x12:\n\x07members\x18\x05 \x03(\x0b\x32).milvus.proto.streaming.StreamingNodeInfo\x12\x39\n\x08progress\x18\x06 \x03(\x0b\x32\'.milvus.proto.streaming.ReplicaProgress\x12\x13\n\x0bnext_offset\x18\x07 \x01(\x04\x12\x15\n\rcommit_offset\x18\x08 \x01(\x04\x12\x11\n\tdata_loss\x18\t \x01(\t\x12\x17\n\x0f\x61llow_data_loss\x18\n \x01(\x08\x12\x14\n\x0c\x66irst_offset\x18\x0b \x01(\x04\x12\x12\n\nsize_bytes\x18\x0c \x01(\x04\x12:\n\tretention\x18\r \x01(\x0b\x32\'.milvus.proto.streaming.RetentionPolicy\"U\n\x18\x44\x65scribeChannelsResponse\x12\x39\n\x0c\x64\x65scriptions\x18\x01 \x03(\x0b\x32#.streamwal.coord.ChannelDescription\"6\n\x10\x44rainNodeRequest\x12\x11\n\tserver_id\x18\x01 \x01(\x03\x12\x0f\n\x07undrain\x18\x02 \x01(\x08\"\x13\n\x11\x44rainNodeResponse\"-\n\x15\x41\x63\x63\x65ptDataLossRequest\x12\x14\n\x0c\x63hannel_name\x18\x01 \x01(\t\"\x18\n\x16\x41\x63\x63\x65ptDataLossResponse\"\x12\n\x10ListNodesRequest\"\x7f\n\x0fNodeDescription\x12\x37\n\x04node\x18\x01 \x01(\x0b\x32).milvus.proto.streaming.StreamingNodeInfo\x12\x10\n\x08liveness\x18\x02 \x01(\t\x12\x0f\n\x07\x64rained\x18\x03 \x01(\x08\x12\x10\n\x08\x63hannels\x18\x04 \x01(\x05\"D\n\x11ListNodesResponse\x12/\n\x05nodes\x18\x01 \x03(\x0b\x32 .streamwal.coord.NodeDescription2\xe7\x04\n\x1cStreamingCoordChannelService\x12\x63\n\x0e\x43reateChannels\x12&.streamwal.coord.CreateChannelsRequest\x1a\'.streamwal.coord.CreateChannelsResponse\"\x00\x12\x66\n\x0f\x44\x65stroyChannels\x12\'.streamwal.coord.DestroyChannelsRequest\x1a(.streamwal.coord.DestroyChannelsResponse\"\x00\x12i\n\x10\x44\x65scribeChannels\x12(.streamwal.coord.DescribeChannelsRequest\x1a).streamwal.coord.DescribeChannelsResponse\"\x00\x12T\n\tDrainNode\x12!.streamwal.coord.DrainNodeRequest\x1a\".streamwal.coord.DrainNodeResponse\"\x00\x12T\n\tListNodes\x12!.streamwal.coord.ListNodesRequest\x1a\".streamwal.coord.ListNodesResponse\"\x00\x12\x63\n\x0e\x41\x63\x63\x65ptDataLoss\x12&.streamwal.coord.AcceptDataLossRequest\x1a\'.streamwal.coord.AcceptDataLossResponse\"\x00\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -45,33 +45,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CLUSTERRECORD']._serialized_start=792
   _globals['_CLUSTERRECORD']._serialized_end=851
   _globals['_CREATECHANNELSREQUEST']._serialized_start=854
-  _globals['_CREATECHANNELSREQUEST']._serialized_end=1008
-  _globals['_CREATECHANNELSRESPONSE']._serialized_start=1010
-  _globals['_CREATECHANNELSRESPONSE']._serialized_end=1057
-  _globals['_DESTROYCHANNELSREQUEST']._serialized_start=1059
-  _globals['_DESTROYCHANNELSREQUEST']._serialized_end=1106
-  _globals['_DESTROYCHANNELSRESPONSE']._serialized_start=1108
-  _globals['_DESTROYCHANNELSRESPONSE']._serialized_end=1133
-  _globals['_DESCRIBECHANNELSREQUEST']._serialized_start=1135
-  _globals['_DESCRIBECHANNELSREQUEST']._serialized_end=1183
-  _globals['_CHANNELDESCRIPTION']._serialized_start=1186
-  _globals['_CHANNELDESCRIPTION']._serialized_end=1555
-  _globals['_DESCRIBECHANNELSRESPONSE']._serialized_start=1557
-  _globals['_DESCRIBECHANNELSRESPONSE']._serialized_end=1642
-  _globals['_DRAINNODEREQUEST']._serialized_start=1644
-  _globals['_DRAINNODEREQUEST']._serialized_end=1698
-  _globals['_DRAINNODERESPONSE']._serialized_start=1700
-  _globals['_DRAINNODERESPONSE']._serialized_end=1719
-  _globals['_ACCEPTDATALOSSREQUEST']._serialized_start=1721
-  _globals['_ACCEPTDATALOSSREQUEST']._serialized_end=1766
-  _globals['_ACCEPTDATALOSSRESPONSE']._serialized_start=1768
-  _globals['_ACCEPTDATALOSSRESPONSE']._serialized_end=1792
-  _globals['_LISTNODESREQUEST']._serialized_start=1794
-  _globals['_LISTNODESREQUEST']._serialized_end=1812
-  _globals['_NODEDESCRIPTION']._serialized_start=1814
-  _globals['_NODEDESCRIPTION']._serialized_end=1941
-  _globals['_LISTNODESRESPONSE']._serialized_start=1943
-  _globals['_LISTNODESRESPONSE']._serialized_end=2011
-  _globals['_STREAMINGCOORDCHANNELSERVICE']._serialized_start=2014
-  _globals['_STREAMINGCOORDCHANNELSERVICE']._serialized_end=2629
+  _globals['_CREATECHANNELSREQUEST']._serialized_end=1083
+  _globals['_CREATECHANNELSRESPONSE']._serialized_start=1085
+  _globals['_CREATECHANNELSRESPONSE']._serialized_end=1132
+  _globals['_DESTROYCHANNELSREQUEST']._serialized_start=1134
+  _globals['_DESTROYCHANNELSREQUEST']._serialized_end=1181
+  _globals['_DESTROYCHANNELSRESPONSE']._serialized_start=1183
+  _globals['_DESTROYCHANNELSRESPONSE']._serialized_end=1208
+  _globals['_DESCRIBECHANNELSREQUEST']._serialized_start=1210
+  _globals['_DESCRIBECHANNELSREQUEST']._serialized_end=1258
+  _globals['_CHANNELDESCRIPTION']._serialized_start=1261
+  _globals['_CHANNELDESCRIPTION']._serialized_end=1732
+  _globals['_DESCRIBECHANNELSRESPONSE']._serialized_start=1734
+  _globals['_DESCRIBECHANNELSRESPONSE']._serialized_end=1819
+  _globals['_DRAINNODEREQUEST']._serialized_start=1821
+  _globals['_DRAINNODEREQUEST']._serialized_end=1875
+  _globals['_DRAINNODERESPONSE']._serialized_start=1877
+  _globals['_DRAINNODERESPONSE']._serialized_end=1896
+  _globals['_ACCEPTDATALOSSREQUEST']._serialized_start=1898
+  _globals['_ACCEPTDATALOSSREQUEST']._serialized_end=1943
+  _globals['_ACCEPTDATALOSSRESPONSE']._serialized_start=1945
+  _globals['_ACCEPTDATALOSSRESPONSE']._serialized_end=1969
+  _globals['_LISTNODESREQUEST']._serialized_start=1971
+  _globals['_LISTNODESREQUEST']._serialized_end=1989
+  _globals['_NODEDESCRIPTION']._serialized_start=1991
+  _globals['_NODEDESCRIPTION']._serialized_end=2118
+  _globals['_LISTNODESRESPONSE']._serialized_start=2120
+  _globals['_LISTNODESRESPONSE']._serialized_end=2188
+  _globals['_STREAMINGCOORDCHANNELSERVICE']._serialized_start=2191
+  _globals['_STREAMINGCOORDCHANNELSERVICE']._serialized_end=2806
 # @@protoc_insertion_point(module_scope)

@@ -69,18 +69,22 @@ class ClusterRecord(_message.Message):
     def __init__(self, incarnation: _Optional[int] = ..., drained_nodes: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class CreateChannelsRequest(_message.Message):
-    __slots__ = ("owner", "num_channels", "prefix", "replicas", "allow_data_loss")
+    __slots__ = ("owner", "num_channels", "prefix", "replicas", "allow_data_loss", "names", "retention")
     OWNER_FIELD_NUMBER: _ClassVar[int]
     NUM_CHANNELS_FIELD_NUMBER: _ClassVar[int]
     PREFIX_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     ALLOW_DATA_LOSS_FIELD_NUMBER: _ClassVar[int]
+    NAMES_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_FIELD_NUMBER: _ClassVar[int]
     owner: OwnerDescription
     num_channels: int
     prefix: str
     replicas: int
     allow_data_loss: bool
-    def __init__(self, owner: _Optional[_Union[OwnerDescription, _Mapping]] = ..., num_channels: _Optional[int] = ..., prefix: _Optional[str] = ..., replicas: _Optional[int] = ..., allow_data_loss: _Optional[bool] = ...) -> None: ...
+    names: _containers.RepeatedScalarFieldContainer[str]
+    retention: _streaming_pb2.RetentionPolicy
+    def __init__(self, owner: _Optional[_Union[OwnerDescription, _Mapping]] = ..., num_channels: _Optional[int] = ..., prefix: _Optional[str] = ..., replicas: _Optional[int] = ..., allow_data_loss: _Optional[bool] = ..., names: _Optional[_Iterable[str]] = ..., retention: _Optional[_Union[_streaming_pb2.RetentionPolicy, _Mapping]] = ...) -> None: ...
 
 class CreateChannelsResponse(_message.Message):
     __slots__ = ("channel_names",)
@@ -105,7 +109,7 @@ class DescribeChannelsRequest(_message.Message):
     def __init__(self, channel_names: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ChannelDescription(_message.Message):
-    __slots__ = ("channel_name", "owner", "meta", "replicas", "members", "progress", "next_offset", "commit_offset", "data_loss", "allow_data_loss")
+    __slots__ = ("channel_name", "owner", "meta", "replicas", "members", "progress", "next_offset", "commit_offset", "data_loss", "allow_data_loss", "first_offset", "size_bytes", "retention")
     CHANNEL_NAME_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
     META_FIELD_NUMBER: _ClassVar[int]
@@ -116,6 +120,9 @@ class ChannelDescription(_message.Message):
     COMMIT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     DATA_LOSS_FIELD_NUMBER: _ClassVar[int]
     ALLOW_DATA_LOSS_FIELD_NUMBER: _ClassVar[int]
+    FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_FIELD_NUMBER: _ClassVar[int]
     channel_name: str
     owner: OwnerDescription
     meta: _streaming_pb2.PChannelMeta
@@ -126,7 +133,10 @@ class ChannelDescription(_message.Message):
     commit_offset: int
     data_loss: str
     allow_data_loss: bool
-    def __init__(self, channel_name: _Optional[str] = ..., owner: _Optional[_Union[OwnerDescription, _Mapping]] = ..., meta: _Optional[_Union[_streaming_pb2.PChannelMeta, _Mapping]] = ..., replicas: _Optional[int] = ..., members: _Optional[_Iterable[_Union[_streaming_pb2.StreamingNodeInfo, _Mapping]]] = ..., progress: _Optional[_Iterable[_Union[_streaming_pb2.ReplicaProgress, _Mapping]]] = ..., next_offset: _Optional[int] = ..., commit_offset: _Optional[int] = ..., data_loss: _Optional[str] = ..., allow_data_loss: _Optional[bool] = ...) -> None: ...
+    first_offset: int
+    size_bytes: int
+    retention: _streaming_pb2.RetentionPolicy
+    def __init__(self, channel_name: _Optional[str] = ..., owner: _Optional[_Union[OwnerDescription, _Mapping]] = ..., meta: _Optional[_Union[_streaming_pb2.PChannelMeta, _Mapping]] = ..., replicas: _Optional[int] = ..., members: _Optional[_Iterable[_Union[_streaming_pb2.StreamingNodeInfo, _Mapping]]] = ..., progress: _Optional[_Iterable[_Union[_streaming_pb2.ReplicaProgress, _Mapping]]] = ..., next_offset: _Optional[int] = ..., commit_offset: _Optional[int] = ..., data_loss: _Optional[str] = ..., allow_data_loss: _Optional[bool] = ..., first_offset: _Optional[int] = ..., size_bytes: _Optional[int] = ..., retention: _Optional[_Union[_streaming_pb2.RetentionPolicy, _Mapping]] = ...) -> None: ...
 
 class DescribeChannelsResponse(_message.Message):
     __slots__ = ("descriptions",)

@@ -46,6 +46,7 @@ class LocalCluster:
         grace: float = 1.5,
         coord_args: tuple[str, ...] = (),
         log_level: str = "info",  # the nodes'
+        coord_address: str | None = None,  # default: a free loopback port
     ) -> None:
         self.root = Path(root)
         self.node_ids = list(range(1, nodes + 1))
@@ -55,7 +56,7 @@ class LocalCluster:
         self.log_level = log_level
         self.nodes: dict[int, LocalNode] = {}
         self.coord_proc: subprocess.Popen | None = None
-        self.coord_address = f"127.0.0.1:{free_port()}"
+        self.coord_address = coord_address or f"127.0.0.1:{free_port()}"
         self.coord_log = self.root / "coord.log"
         self._channel: aio.Channel | None = None
 
