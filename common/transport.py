@@ -18,6 +18,8 @@ from pathlib import Path
 import grpc
 from grpc import aio
 
+from streamwal.proto import wire_pb2
+
 # What a client takes: a node's answers and records. A node takes smaller requests (its
 # --max-frame-size, node/grpc_limits.py); the per-message limit is the node's own.
 MAX_FRAME_BYTES = 256 * 1024 * 1024
@@ -138,6 +140,38 @@ def bind(server: aio.Server, address: str, config: TransportConfig | None = None
         require_client_auth=bool(config.ca),
     )
     return server.add_secure_port(address, creds)
+
+
+DESCRIBE = "/streamwal.wire.StreamingNodeInfoService/Describe"
+DESCRIBE_TIMEOUT_S = 5.0
+
+
+async def internal_address(
+    address: str, config: TransportConfig | None = None, timeout: float = DESCRIBE_TIMEOUT_S
+) -> str:
+    """The address of the node's internal listener (manager and replication services),
+    given the gRPC address clients use: the node's Describe names the internal port on
+    the same host; 0 (a node run with --internal-listen shared) means that same address.
+
+    Asked at every new channel rather than remembered, so a node restarted on another
+    internal port is found again by the caller's ordinary reconnect."""
+    channel = make_channel(address, config)
+    try:
+        answer = await channel.unary_unary(
+            DESCRIBE,
+            request_serializer=wire_pb2.DescribeNodeRequest.SerializeToString,
+            response_deserializer=wire_pb2.DescribeNodeResponse.FromString,
+        )(wire_pb2.DescribeNodeRequest(), timeout=timeout)
+    finally:
+        await channel.close()
+    if not answer.internal_port:
+        return address
+    return f"{address.rpartition(':')[0]}:{answer.internal_port}"
+
+
+async def make_internal_channel(address: str, config: TransportConfig | None = None) -> aio.Channel:
+    """A channel to the internal listener of the node clients reach at `address`."""
+    return make_channel(await internal_address(address, config), config)
 
 
 def make_channel(address: str, config: TransportConfig | None = None) -> aio.Channel:

@@ -24,11 +24,16 @@ MAX_GRPC_INT = 2**31 - 1
 COUNT = click.IntRange(1, 10_000_000)
 
 
-class _ProduceListen(Address):
-    name = "auto|off|host:port"
+class _ListenOr(Address):
+    """HOST:PORT, or one of `words`."""
+
+    def __init__(self, *words: str) -> None:
+        super().__init__(listen=True)
+        self.words = words
+        self.name = "|".join((*words, "host:port"))
 
     def convert(self, value, param, ctx) -> str:
-        return value if value in ("auto", "off") else super().convert(value, param, ctx)
+        return value if value in self.words else super().convert(value, param, ctx)
 
 
 @click.command("node")
@@ -38,6 +43,16 @@ class _ProduceListen(Address):
     show_default=True,
     type=Address(listen=True),
     help="gRPC HOST:PORT (port 0: any free port, see --port-file).",
+)
+@click.option(
+    "--internal-listen",
+    default="auto",
+    show_default=True,
+    type=_ListenOr("auto", "shared"),
+    help="The internal listener: the manager and replication services (Assign, Remove, "
+    "CollectStatus, Fence, Fetch, Replicate), called only by the coord, the operator and "
+    "peer nodes. HOST:PORT, 'auto' (the --listen host, any free port; peers learn it "
+    "from the node's Describe) or 'shared' (on --listen, as the seed's single port).",
 )
 @click.option(
     "--data-dir",
@@ -180,8 +195,8 @@ class _ProduceListen(Address):
     default=4096,
     show_default=True,
     type=click.IntRange(1, 1_000_000),
-    help="Connections per listener (gRPC, produce port); the node raises its open-file "
-    "limit to hold both.",
+    help="Connections per listener (gRPC, internal, produce port); the node raises its open-file "
+    "limit to hold them all.",
 )
 @click.option(
     "--max-connections-per-peer",
@@ -258,7 +273,7 @@ class _ProduceListen(Address):
     "--produce-listen",
     default="auto",
     show_default=True,
-    type=_ProduceListen(listen=True),
+    type=_ListenOr("auto", "off"),
     help="The produce port (Produce over plain TCP frames, lower latency than gRPC): "
     "HOST:PORT, 'auto' (the --listen host, any free port; clients learn it from the node), "
     "or 'off'. Always off when TLS is configured.",

@@ -117,7 +117,10 @@ class NodeService:
         if isinstance(what, str):
             self.wal.metrics.limit_exceeded.labels(what).inc()
 
-    def handlers(self) -> list[grpc.GenericRpcHandler]:
+    def handlers(self) -> tuple[list[grpc.GenericRpcHandler], list[grpc.GenericRpcHandler]]:
+        """The client listener's services (Produce, Consume, state) and the internal
+        listener's (manager, replication, state)."""
+
         def ser(msg) -> bytes:
             # A Produce stream's hot-path answers come serialized already (ProduceStream).
             return msg if isinstance(msg, bytes) else msg.SerializeToString()
@@ -169,7 +172,7 @@ class NodeService:
                 ),
             },
         )
-        return [handler, manager, state, replication]
+        return [handler, state], [manager, state, replication]
 
     # -- replication -------------------------------------------------------------------
 

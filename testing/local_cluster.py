@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,13 +25,9 @@ from streamwal import transport
 from streamwal.proto import coord_pb2 as cpb
 from streamwal.proto import coord_pb2_grpc as cpbg
 from streamwal.proto import streaming_pb2 as pb
-from streamwal.testing.local_node import LocalNode
+from streamwal.testing.local_node import LocalNode, free_port
 
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+__all__ = ["LocalCluster", "free_port"]
 
 
 class LocalCluster:

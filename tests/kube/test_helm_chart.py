@@ -93,11 +93,12 @@ def test_streaming_nodes_render_as_production_needs(kube_bin: Path) -> None:
     assert pod["metadata"]["labels"]["app.kubernetes.io/component"] == "streaming-node"
     (container,) = pod["spec"]["containers"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"grpc": 19530, "produce": 19531, "metrics": 9091}
+    assert ports == {"grpc": 19530, "produce": 19531, "internal": 19532, "metrics": 9091}
     args = container["args"]
-    assert args[:6] == [
+    assert args[:7] == [
         "node",
         "--listen=0.0.0.0:19530",
+        "--internal-listen=0.0.0.0:19532",
         "--data-dir=/data",
         "--node-id=$(NODE_ID)",
         "--metrics=0.0.0.0:9091",
@@ -118,8 +119,16 @@ def test_streaming_nodes_render_as_production_needs(kube_bin: Path) -> None:
     assert headless["spec"]["clusterIP"] == "None"
     assert sts["spec"]["serviceName"] == headless["metadata"]["name"]
     assert find(docs, "PodDisruptionBudget", "-node")["spec"]["maxUnavailable"] == 1
-    policy = find(docs, "NetworkPolicy", "-node")["spec"]["ingress"][0]
-    assert {p["port"] for p in policy["ports"]} == {"grpc", "produce"}
+    internal, clients = find(docs, "NetworkPolicy", "-node")["spec"]["ingress"][:2]
+    assert {p["port"] for p in clients["ports"]} == {"grpc", "produce"}
+    # The internal port: this release's pods in this namespace only (no namespaceSelector).
+    assert [p["port"] for p in internal["ports"]] == ["internal"]
+    assert internal["from"] == [
+        {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "streamwal",
+                                         "app.kubernetes.io/instance": "wal"}}}
+    ]  # fmt: skip
+    service = find(docs, "Service", "-node-headless-internal")
+    assert [p["port"] for p in service["spec"]["ports"]] == [19532]
 
 
 def test_pod_values_reach_every_component(kube_bin: Path) -> None:
@@ -199,9 +208,9 @@ def test_tls_mounts_the_secrets_and_closes_the_produce_port(kube_bin: Path) -> N
     env = {e["name"]: e.get("value") for e in node["env"]}
     assert env["STREAMWAL_TLS_MANAGER_IDENTITIES"] == "wal-streamwal-coord"
     assert "--produce-listen=off" in node["args"]
-    assert {p["name"] for p in node["ports"]} == {"grpc", "metrics"}
+    assert {p["name"] for p in node["ports"]} == {"grpc", "internal", "metrics"}
     assert node["readinessProbe"]["tcpSocket"]["port"] == 19530  # no TLS in gRPC probes
-    policy = find(docs, "NetworkPolicy", "-node")["spec"]["ingress"][0]
+    policy = find(docs, "NetworkPolicy", "-node")["spec"]["ingress"][1]
     assert {p["port"] for p in policy["ports"]} == {"grpc"}
     test_pod = find(docs, "Pod", "-test-coord-health")["spec"]
     assert test_pod["volumes"][1]["secret"]["secretName"] == "wal-client"

@@ -56,6 +56,8 @@ def test_chart_node_args_parse_and_open_the_produce_port(kube_bin: Path) -> None
     ctx = node.make_context("node", args)
     assert ctx.params["listen"] == "0.0.0.0:19530"
     assert ctx.params["produce_listen"] == "0.0.0.0:19531"
+    assert ctx.params["internal_listen"] == "0.0.0.0:19532"
+    assert {"name": "internal", "containerPort": 19532, "protocol": "TCP"} in container["ports"]
     assert {"name": "produce", "containerPort": 19531, "protocol": "TCP"} in container["ports"]
     off = _node_container(kube_bin, "--set", "node.producePort=0")
     assert "--produce-listen=off" in off["args"]
