@@ -10,7 +10,14 @@ import click
 from google.protobuf.json_format import MessageToDict
 
 from streamwal import logs
-from streamwal.cli import LOG_LEVEL, SECONDS, Address, check_address
+from streamwal.cli import (
+    ACCESS_FILE,
+    LOG_LEVEL,
+    SECONDS,
+    Address,
+    check_address,
+    server_transport,
+)
 
 
 class _Nodes(click.ParamType):
@@ -104,6 +111,7 @@ class _Nodes(click.ParamType):
     help="Start even though pchannel records the meta store once had are gone (deleted "
     "files): those pchannels are dropped for good. Without it the coord refuses to start.",
 )
+@ACCESS_FILE
 @LOG_LEVEL
 def coord(
     listen: str,
@@ -117,9 +125,11 @@ def coord(
     rebalance_interval: float,
     max_clock_offset: float,
     forget_missing_meta: bool,
+    access_file: str | None,
     log_level: str,
 ) -> None:
     """Run the coord: assigns pchannels to nodes, fails them over, tells clients."""
+    security = server_transport(access_file)
     from streamwal.coord.coordinator import CoordConfig
     from streamwal.coord.server import parse_nodes, serve
     from streamwal.errors import StreamingError
@@ -135,7 +145,7 @@ def coord(
             rebalance_interval=rebalance_interval,
             max_clock_offset=max_clock_offset,
         )
-        asyncio.run(serve(listen, meta_dir, config, metrics, forget_missing_meta))
+        asyncio.run(serve(listen, meta_dir, config, metrics, forget_missing_meta, security))
     except StreamingError as err:
         raise click.ClickException(str(err)) from None
 

@@ -14,7 +14,14 @@ import os
 import click
 
 from streamwal import logs
-from streamwal.cli import LOG_LEVEL, Address, Duration, Size
+from streamwal.cli import (
+    ACCESS_FILE,
+    LOG_LEVEL,
+    Address,
+    Duration,
+    Size,
+    server_transport,
+)
 from streamwal.node.config import NodeConfig
 
 KIB, MIB, GIB = 1024, 1024**2, 1024**3
@@ -278,6 +285,7 @@ class _ListenOr(Address):
     "HOST:PORT, 'auto' (the --listen host, any free port; clients learn it from the node), "
     "or 'off'. Always off when TLS is configured.",
 )
+@ACCESS_FILE
 @click.option(
     "--port-file",
     default=None,
@@ -285,14 +293,15 @@ class _ListenOr(Address):
     help="Write the bound port here once serving (for --listen HOST:0).",
 )
 @LOG_LEVEL
-def node(log_level: str, **flags) -> None:
+def node(log_level: str, access_file: str | None, **flags) -> None:
     """Run a streaming node: a durable WAL of pchannels served over gRPC."""
     config = _config(**flags)
+    security = server_transport(access_file)
     from streamwal.node.server import NodeServer, StartupError
 
     logs.configure(log_level)
     try:
-        _run(NodeServer(config).serve_forever())
+        _run(NodeServer(config, security).serve_forever())
     except StartupError as err:
         raise click.ClickException(str(err)) from None
 

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import click
 
 from streamwal import logs
-from streamwal.cli import LOG_LEVEL, SECONDS, Address
+from streamwal.cli import ACCESS_FILE, LOG_LEVEL, SECONDS, Address, server_transport
 from streamwal.tasks import cancel_and_wait
 
 if TYPE_CHECKING:  # kopf and kubernetes are optional (streamwal[kube]): imported when run
@@ -165,6 +165,7 @@ def _http_url(_ctx, _param, value: str | None) -> str | None:
     type=SECONDS,
     help="Seconds without an answer before a node is lost.",
 )
+@ACCESS_FILE
 @LOG_LEVEL
 def operator(
     namespace: str,
@@ -180,6 +181,7 @@ def operator(
     liveness: str | None,
     probe_interval: float,
     grace: float,
+    access_file: str | None,
     log_level: str,
 ) -> None:
     """Run the PChannel operator (Kopf): assigns PChannels to streaming-node pods.
@@ -193,6 +195,9 @@ def operator(
     from streamwal.operator.runtime import OperatorConfig
 
     logs.configure(log_level)
+    if access_file and not coord_listen:
+        raise click.BadParameter("rules for a coord server: give --coord-listen too",
+                                 param_hint="--access-file")  # fmt: skip
     try:
         parse_selector(node_selector)
     except ValueError as err:
@@ -209,6 +214,7 @@ def operator(
         metrics=metrics,
         probe_interval=probe_interval,
         grace=grace,
+        security=server_transport(access_file) if coord_listen else None,
     )
     quiet_kopf()
     sys.exit(asyncio.run(run(cfg, lease, election, identity, liveness)))

@@ -41,6 +41,9 @@ class LocalCluster:
         grace: float = 1.5,
         coord_args: tuple[str, ...] = (),
         log_level: str = "info",  # the nodes'
+        node_args: tuple[str, ...] = (),
+        node_env: dict[str, str] | None = None,
+        transport: transport.TransportConfig | None = None,  # the cluster's own calls
     ) -> None:
         self.root = Path(root)
         self.node_ids = list(range(1, nodes + 1))
@@ -48,6 +51,9 @@ class LocalCluster:
         self.grace = grace
         self.coord_args = coord_args
         self.log_level = log_level
+        self.node_args = node_args
+        self.node_env = node_env
+        self.transport = transport
         self.nodes: dict[int, LocalNode] = {}
         self.coord_proc: subprocess.Popen | None = None
         self.coord_address = f"127.0.0.1:{free_port()}"
@@ -62,7 +68,8 @@ class LocalCluster:
             node = self.nodes[node_id] = LocalNode(
                 self.root / f"node{node_id}",
                 node_id=node_id,
-                extra_args=("--log-level", self.log_level),
+                extra_args=("--log-level", self.log_level, *self.node_args),
+                env=self.node_env,
             )
         return node
 
@@ -147,7 +154,7 @@ class LocalCluster:
 
     def channel(self) -> aio.Channel:
         if self._channel is None:
-            self._channel = transport.make_channel(self.coord_address)
+            self._channel = transport.make_channel(self.coord_address, self.transport)
         return self._channel
 
     async def create_channels(self, count: int, prefix: str = "", replicas: int = 1) -> list[str]:

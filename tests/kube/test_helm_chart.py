@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from streamwal.access import parse
 from tests.control_plane import ControlPlane
 from tests.kube.conftest import CHART, CRD_FILE, Kubectl, install_crd, kubectl_for, wait_for
 
@@ -205,9 +206,18 @@ def test_tls_mounts_the_secrets_and_closes_the_produce_port(kube_bin: Path) -> N
         volumes = {v["name"]: v.get("secret", {}).get("secretName") for v in spec["volumes"]}
         assert volumes["tls-ca"] == "wal-ca" and volumes["tls-cert"] == secret
     node = pod_spec(docs, "StatefulSet", "-node")["containers"][0]
-    env = {e["name"]: e.get("value") for e in node["env"]}
-    assert env["STREAMWAL_TLS_MANAGER_IDENTITIES"] == "wal-streamwal-coord"
     assert "--produce-listen=off" in node["args"]
+    # Every server reads the access file: the release's own certificates are `cluster`.
+    for kind, suffix in (("StatefulSet", "-node"), ("Deployment", "-operator")):
+        spec = pod_spec(docs, kind, suffix)
+        assert "--access-file=/etc/streamwal/access/access.yaml" in spec["containers"][0]["args"]
+        volumes = {v["name"]: v.get("configMap", {}).get("name") for v in spec["volumes"]}
+        assert volumes["access"] == "wal-streamwal-access"
+    text = find(docs, "ConfigMap", "-access")["data"]["access.yaml"]
+    parse(text)  # what the servers will read: no AccessError
+    access = yaml.safe_load(text)
+    cluster = {"names": ["wal-streamwal-node", "wal-streamwal-coord"], "roles": ["cluster"]}
+    assert access == {"identities": [cluster]}
     assert {p["name"] for p in node["ports"]} == {"grpc", "internal", "metrics"}
     assert node["readinessProbe"]["tcpSocket"]["port"] == 19530  # no TLS in gRPC probes
     policy = find(docs, "NetworkPolicy", "-node")["spec"]["ingress"][1]

@@ -58,21 +58,29 @@ capabilities:
 {{- .Values.serviceAccount.name | default (printf "%s-operator" (include "streamwal.fullname" .)) -}}
 {{- end -}}
 
-{{/* TLS: the name server certificates carry, and who may manage nodes. */}}
+{{/* TLS: the name server certificates carry. */}}
 {{- define "streamwal.tlsServerName" -}}
 {{- .Values.tls.serverName | default (include "streamwal.fullname" .) -}}
 {{- end -}}
 
-{{- define "streamwal.tlsManagers" -}}
-{{- if .Values.tls.managerIdentities -}}
-{{- join "," .Values.tls.managerIdentities -}}
-{{- else -}}
-{{- include "streamwal.fullname" . }}-coord
-{{- end -}}
+{{/* The access file (docs/security.md): the release's own components get the cluster
+     role (their certificates' names: access.clusterIdentities, by default the names the
+     chart's certificates carry), then the user's access.identities. */}}
+{{- define "streamwal.accessFile" -}}
+{{- $full := include "streamwal.fullname" . -}}
+{{- $cluster := .Values.access.clusterIdentities | default (list (printf "%s-node" $full) (printf "%s-coord" $full)) -}}
+{{- $identities := prepend .Values.access.identities (dict "names" $cluster "roles" (list "cluster")) -}}
+{{- toYaml (dict "identities" $identities) -}}
 {{- end -}}
 
-{{/* TLS environment of a container (STREAMWAL_TLS_*, read by streamwal.transport);
-     call with (dict "root" $ "manager" true) to add the node-manager identities. */}}
+{{/* The server's --access-file flag, with TLS on. */}}
+{{- define "streamwal.accessArg" -}}
+{{- if .Values.tls.enabled }}
+- --access-file=/etc/streamwal/access/access.yaml
+{{- end }}
+{{- end -}}
+
+{{/* TLS environment of a container (STREAMWAL_TLS_*, read by streamwal.transport). */}}
 {{- define "streamwal.tlsEnv" -}}
 {{- if .root.Values.tls.enabled }}
 - name: STREAMWAL_TLS_CA
@@ -83,10 +91,6 @@ capabilities:
   value: /etc/streamwal/tls/cert/tls.key
 - name: STREAMWAL_TLS_SERVER_NAME
   value: {{ include "streamwal.tlsServerName" .root | quote }}
-{{- if .manager }}
-- name: STREAMWAL_TLS_MANAGER_IDENTITIES
-  value: {{ include "streamwal.tlsManagers" .root | quote }}
-{{- end }}
 {{- end }}
 {{- end -}}
 
@@ -97,6 +101,9 @@ capabilities:
   readOnly: true
 - name: tls-cert
   mountPath: /etc/streamwal/tls/cert
+  readOnly: true
+- name: access
+  mountPath: /etc/streamwal/access
   readOnly: true
 {{- end }}
 {{- end -}}
@@ -117,6 +124,9 @@ capabilities:
     items:
       - {key: tls.crt, path: tls.crt}
       - {key: tls.key, path: tls.key}
+- name: access
+  configMap:
+    name: {{ include "streamwal.fullname" .root }}-access
 {{- end }}
 {{- end -}}
 
