@@ -37,11 +37,11 @@ class LocalNode:
         self.host = host
         self.port = port
         # The internal listener's port, kept across restarts as the gRPC port is (callers
-        # that hold a channel to it find the restarted node there); unless the caller's
-        # --internal-listen says otherwise.
+        # that hold a channel to it find the restarted node there), unless the caller's
+        # --internal-listen says otherwise. Picked at the first start, which may run in
+        # another network namespace (tests/nemesis), where `host` lives.
         self.internal_port = 0
-        if not any(a.startswith("--internal-listen") for a in extra_args):
-            self.internal_port = free_port(host)
+        self._pick_internal = not any(a.startswith("--internal-listen") for a in extra_args)
         self.extra_args = extra_args
         self.env = env
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}.log"
@@ -55,6 +55,8 @@ class LocalNode:
     def start(self, timeout: float = 30.0) -> LocalNode:
         """Spawn the node and return once it serves (its gRPC port is bound)."""
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        if self._pick_internal and not self.internal_port:
+            self.internal_port = free_port(self.host)
         internal = [f"--internal-listen={self.host}:{self.internal_port}"] * bool(
             self.internal_port
         )

@@ -145,3 +145,30 @@ def test_json_files_parse_too(tmp_path) -> None:
 def test_a_missing_file_is_one_line(tmp_path) -> None:
     with pytest.raises(AccessError, match="No such file"):
         access.load(str(tmp_path / "nope.yaml"))
+
+
+def test_docs_security_names_only_flags_and_variables_that_exist() -> None:
+    """docs/security.md matches the commands: every --flag it names is an option of the
+    node, the coord or the operator, every STREAMWAL_<PART>_<FLAG> variable is that
+    command's flag, every STREAMWAL_TLS_* is read by the transport; and the security
+    flags of each server are documented."""
+    import re
+    from pathlib import Path
+
+    from streamwal.coord.cli import coord
+    from streamwal.node.cli import node
+    from streamwal.operator.cli import operator
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "security.md").read_text()
+    commands = {"NODE": node, "COORD": coord, "OPERATOR": operator}
+    flags = {o for c in commands.values() for p in c.params for o in p.opts}
+    assert set(re.findall(r"(--[a-z][a-z-]+)", text)) <= flags
+    for part, flag in re.findall(r"STREAMWAL_(NODE|COORD|OPERATOR)_([A-Z_]+)", text):
+        assert f"--{flag.lower().replace('_', '-')}" in {
+            o for p in commands[part].params for o in p.opts
+        }, (part, flag)
+    transport_source = (Path(__file__).resolve().parents[2] / "common" / "transport.py").read_text()
+    for var in re.findall(r"STREAMWAL_TLS_[A-Z_]+", text):
+        assert f'"{var}"' in transport_source, var
+    for needed in ("--access-file", "--internal-listen", "--coord-listen"):
+        assert needed in text

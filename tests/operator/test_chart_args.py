@@ -51,7 +51,7 @@ def _node_container(kube_bin: Path, *sets: str) -> dict:
 def test_chart_node_args_parse_and_open_the_produce_port(kube_bin: Path) -> None:
     from streamwal.node.cli import node
 
-    container = _node_container(kube_bin)
+    container = _node_container(kube_bin, "--set", "tls.enabled=false")
     args = [a.replace("$(NODE_ID)", "0") for a in container["args"][1:]]
     ctx = node.make_context("node", args)
     assert ctx.params["listen"] == "0.0.0.0:19530"
@@ -59,6 +59,6 @@ def test_chart_node_args_parse_and_open_the_produce_port(kube_bin: Path) -> None
     assert ctx.params["internal_listen"] == "0.0.0.0:19532"
     assert {"name": "internal", "containerPort": 19532, "protocol": "TCP"} in container["ports"]
     assert {"name": "produce", "containerPort": 19531, "protocol": "TCP"} in container["ports"]
-    off = _node_container(kube_bin, "--set", "node.producePort=0")
+    off = _node_container(kube_bin, "--set", "tls.enabled=false", "--set", "node.producePort=0")
     assert "--produce-listen=off" in off["args"]
     assert all(p["name"] != "produce" for p in off["ports"])

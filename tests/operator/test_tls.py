@@ -87,7 +87,7 @@ async def test_produce_through_the_charts_tls_configuration(
         for key, path in files.items():
             (local / key).write_bytes(path.read_bytes())
     values = [
-        "--set", "tls.enabled=true", "--set", "tls.caSecret=wal-ca",
+        "--set", "tls.issuer=secrets", "--set", "tls.caSecret=wal-ca",
         "--set", "tls.nodeSecret=wal-node", "--set", "tls.coordSecret=wal-coord",
         "--set", "tls.clientSecret=wal-client",
         "--set-json", 'access.identities=[{"names": ["an-application"], '

@@ -58,6 +58,28 @@ capabilities:
 {{- .Values.serviceAccount.name | default (printf "%s-operator" (include "streamwal.fullname" .)) -}}
 {{- end -}}
 
+{{/* TLS Secrets: the user's (tls.issuer=secrets) or those the chart or cert-manager
+     fills (<fullname>-tls-{ca,node,coord,client}). cert-manager puts ca.crt in every
+     certificate's Secret, so the node's serves as the CA Secret there.
+     Call with (dict "root" $ "part" "ca|node|coord|client"). */}}
+{{- define "streamwal.tlsSecret" -}}
+{{- $tls := .root.Values.tls -}}
+{{- if eq $tls.issuer "secrets" -}}
+{{- index $tls (printf "%sSecret" .part) -}}
+{{- else if and (eq $tls.issuer "cert-manager") (eq .part "ca") -}}
+{{- include "streamwal.fullname" .root }}-tls-node
+{{- else -}}
+{{- include "streamwal.fullname" .root }}-tls-{{ .part }}
+{{- end -}}
+{{- end -}}
+
+{{/* Non-empty when `helm test` has a certificate to call with (or needs none). */}}
+{{- define "streamwal.testPod" -}}
+{{- if or (not .Values.tls.enabled) (ne .Values.tls.issuer "secrets") .Values.tls.clientSecret -}}
+yes
+{{- end -}}
+{{- end -}}
+
 {{/* TLS: the name server certificates carry. */}}
 {{- define "streamwal.tlsServerName" -}}
 {{- .Values.tls.serverName | default (include "streamwal.fullname" .) -}}
@@ -108,18 +130,18 @@ capabilities:
 {{- end }}
 {{- end -}}
 
-{{/* call with (dict "root" $ "secret" "<name of the component's Secret>") */}}
+{{/* call with (dict "root" $ "part" "node|coord|client") */}}
 {{- define "streamwal.tlsVolumes" -}}
 {{- if .root.Values.tls.enabled }}
 - name: tls-ca
   secret:
-    secretName: {{ .root.Values.tls.caSecret }}
+    secretName: {{ include "streamwal.tlsSecret" (dict "root" .root "part" "ca") }}
     defaultMode: 0440
     items:
       - {key: ca.crt, path: ca.crt}
 - name: tls-cert
   secret:
-    secretName: {{ .secret }}
+    secretName: {{ include "streamwal.tlsSecret" . }}
     defaultMode: 0440
     items:
       - {key: tls.crt, path: tls.crt}
