@@ -190,14 +190,15 @@ def operator(
     (they serve AssignmentDiscover) and take over when the leader's Lease expires. A
     leader that cannot renew for --renew-deadline stops acting and exits (code 1).
     """
+    if access_file and not coord_listen:
+        raise click.BadParameter("rules for a coord server: give --coord-listen too",
+                                 param_hint="--access-file")  # fmt: skip
+    security = server_transport(access_file) if coord_listen else None
     from streamwal.operator.election import ElectionConfig
     from streamwal.operator.handlers import parse_selector
     from streamwal.operator.runtime import OperatorConfig
 
     logs.configure(log_level)
-    if access_file and not coord_listen:
-        raise click.BadParameter("rules for a coord server: give --coord-listen too",
-                                 param_hint="--access-file")  # fmt: skip
     try:
         parse_selector(node_selector)
     except ValueError as err:
@@ -214,7 +215,7 @@ def operator(
         metrics=metrics,
         probe_interval=probe_interval,
         grace=grace,
-        security=server_transport(access_file) if coord_listen else None,
+        security=security,
     )
     quiet_kopf()
     sys.exit(asyncio.run(run(cfg, lease, election, identity, liveness)))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,7 @@ from streamwal.cli import main
 from streamwal.client import Message
 from streamwal.client.aio import connect
 from streamwal.client.node_client import NodeClient
-from streamwal.errors import StreamingError
+from streamwal.errors import PermissionDenied, StreamingError
 from streamwal.proto import coord_pb2 as cpb
 from streamwal.proto import coord_pb2_grpc as cpbg
 from streamwal.proto import streaming_pb2 as pb
@@ -84,10 +85,17 @@ def _pki(root: Path) -> tuple[KeyPair, dict[str, KeyPair]]:
     return ca, certs
 
 
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> tuple[KeyPair, dict[str, KeyPair]]:
+    return _pki(tmp_path_factory.mktemp("pki"))
+
+
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def secured(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Secured]:
+async def secured(
+    tmp_path_factory: pytest.TempPathFactory, pki: tuple[KeyPair, dict[str, KeyPair]]
+) -> AsyncIterator[Secured]:
     root = tmp_path_factory.mktemp("secured")
-    ca, certs = _pki(root / "pki")
+    ca, certs = pki
     access_file = root / "access.yaml"
     access_file.write_text(ACCESS)
     sec = Secured(None, ca, certs, access_file)  # type: ignore[arg-type]
@@ -199,12 +207,38 @@ async def test_producers_are_held_to_their_pchannels_and_consumers_cannot_produc
             producer = await client.producer("b-1", 1)
             await producer.send(b"not yours")
     name = await _create(secured, "a-read", 1)
-    with pytest.raises(StreamingError, match=DENIED):
+    started = time.monotonic()
+    with pytest.raises(PermissionDenied, match=DENIED):
         await _append(secured, "reader", f"{name}_v1", b"a reader")
+    assert time.monotonic() - started < 10  # final: not retried as an outage would be
 
 
-def _tls_env(root: Path) -> dict[str, str]:
-    ca, certs = _pki(root)
+@pytest.mark.asyncio(loop_scope="module")
+async def test_consumer_groups_need_the_consumer_role_and_the_produce_port_is_closed(
+    secured: Secured,
+) -> None:
+    name = await _create(secured, "a-groups", 1)
+    await _append(secured, "app-a", f"{name}_v1", b"m")
+    channel, stub = secured.coord_stub("ops")
+    async with channel:  # type: ignore[attr-defined]
+        (desc,) = (
+            await stub.DescribeChannels(cpb.DescribeChannelsRequest(channel_names=[name]))
+        ).descriptions
+    owner = secured.cluster.nodes[desc.meta.node.server_id]
+    term = desc.meta.channel.term
+    async with NodeClient(owner.address, secured.transport("ops")) as admin:
+        with pytest.raises(StreamingError, match=f"{DENIED}.* on {name}"):
+            await admin.create_consumer_group(name, term, "g")
+        # No transport escapes the checks: the plain-TCP produce port is closed under TLS.
+        assert (await admin.describe()).produce_port == 0
+    async with NodeClient(owner.address, secured.transport("app-a")) as app:
+        await app.create_consumer_group(name, term, "g")
+        got = await app.group_consume(name, term, "g", 10)
+        assert b"m" in [m.payload for m in got]
+
+
+def _tls_env(pki: tuple[KeyPair, dict[str, KeyPair]]) -> dict[str, str]:
+    ca, certs = pki
     return {
         "STREAMWAL_TLS_CA": str(ca.cert),
         "STREAMWAL_TLS_CERT": str(certs["wal-node"].cert),
@@ -221,13 +255,15 @@ def _command(part: str, root: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("part", ["node", "coord"])
-def test_a_broken_access_file_refuses_to_start(tmp_path: Path, part: str) -> None:
+def test_a_broken_access_file_refuses_to_start(
+    tmp_path: Path, part: str, pki: tuple[KeyPair, dict[str, KeyPair]]
+) -> None:
     """As a user runs it: one line, exit status 2, nothing served."""
     path = tmp_path / "access.yaml"
     path.write_text("identities: [{names: [x], roles: [writer]}]")
     proc = subprocess.run(
         [sys.executable, "-m", "streamwal", *_command(part, tmp_path), "--access-file", str(path)],
-        env={**_tls_env(tmp_path / "pki"), "PATH": ""}, capture_output=True, text=True,
+        env={**_tls_env(pki), "PATH": ""}, capture_output=True, text=True,
         timeout=60,
     )  # fmt: skip
     assert proc.returncode == 2, proc.stderr
@@ -252,13 +288,18 @@ def test_a_broken_access_file_refuses_to_start(tmp_path: Path, part: str) -> Non
     ],
 )
 def test_misconfigured_security_is_one_line_and_exit_status_2(
-    tmp_path: Path, part: str, content: str | None, tls: bool, message: str
+    tmp_path: Path,
+    part: str,
+    content: str | None,
+    tls: bool,
+    message: str,
+    pki: tuple[KeyPair, dict[str, KeyPair]],
 ) -> None:
     path = tmp_path / "access.yaml"
     extra = ["--access-file", str(path)] if content != "" else []
     if content:
         path.write_text(content)
-    env = _tls_env(tmp_path / "pki") if tls else {}
+    env = _tls_env(pki) if tls else {}
     result = CliRunner().invoke(main, [*_command(part, tmp_path), *extra], env=env)
     assert result.exit_code == 2, result.output
     (error,) = [line for line in result.output.splitlines() if line.startswith("Error")]
