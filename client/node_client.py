@@ -70,7 +70,7 @@ class NodeClient:
         transport = transport or TransportConfig.from_env()
         self._transport = transport
         self._channel = make_channel(address, transport)
-        # The node's internal listener (Assign, Remove, CollectStatus, Fence): opened at
+        # The node's internal listener (Assign, Remove, Fence): opened at
         # the first such call, from the port the node's Describe names.
         self._internal: aio.Channel | None = None
         if produce_port is None:
@@ -168,7 +168,6 @@ class NodeClient:
             _MANAGER + "CollectStatus",
             pb.StreamingNodeManagerCollectStatusRequest(),
             pb.StreamingNodeManagerCollectStatusResponse,
-            True,
         )
 
     async def component_states(self) -> milvus_pb2.ComponentStates:

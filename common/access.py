@@ -23,8 +23,9 @@ Roles: `cluster` (the coord, the operator, peer nodes: every service, every pcha
 `producer` (Produce), `consumer` (Consume, consumer groups), `admin` (the coord's
 create, destroy, drain and data-loss calls). Any identity with a role may discover
 (the coord's assignment stream, describe, list nodes); anyone with a verified
-certificate may ask health, state and Describe. Everything else is denied: a method
-missing from `METHODS` too (fail closed).
+certificate may ask health, state and Describe. A node's CollectStatus (its pchannels
+and their offsets, read-only) counts as discovery: clients ask it for a pchannel's end.
+Everything else is denied: a method missing from `METHODS` too (fail closed).
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ METHODS: Mapping[str, Method] = {
     f"{_GROUPS}GroupSeek": Method(Action.CONSUME, "pchannel.name"),
     f"{_NODE}ManagerService/Assign": Method(Action.CLUSTER),
     f"{_NODE}ManagerService/Remove": Method(Action.CLUSTER),
-    f"{_NODE}ManagerService/CollectStatus": Method(Action.CLUSTER),
+    f"{_NODE}ManagerService/CollectStatus": Method(Action.DISCOVER),
     f"{_NODE}ReplicationService/Fetch": Method(Action.CLUSTER),
     f"{_NODE}ReplicationService/Replicate": Method(Action.CLUSTER),
     f"{_NODE}ReplicationService/Fence": Method(Action.CLUSTER),

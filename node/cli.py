@@ -57,9 +57,10 @@ class _ListenOr(Address):
     show_default=True,
     type=_ListenOr("auto", "shared"),
     help="The internal listener: the manager and replication services (Assign, Remove, "
-    "CollectStatus, Fence, Fetch, Replicate), called only by the coord, the operator and "
-    "peer nodes. HOST:PORT, 'auto' (the --listen host, any free port; peers learn it "
-    "from the node's Describe) or 'shared' (on --listen, as the seed's single port).",
+    "Fence, Fetch, Replicate; read-only CollectStatus is on --listen too), called only by "
+    "the coord, the operator and peer nodes. HOST:PORT, 'auto' (the --listen host, any "
+    "free port; peers learn it from the node's Describe) or 'shared' (on --listen, as the "
+    "seed's single port).",
 )
 @click.option(
     "--data-dir",

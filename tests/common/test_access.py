@@ -49,7 +49,7 @@ def m(name: str) -> access.Method:
         # A client identity: no manager, replication, drain or destroy call.
         ("app-a", f"{NODE}ManagerService/Assign", [], False),
         ("app-a", f"{NODE}ManagerService/Remove", [], False),
-        ("app-a", f"{NODE}ManagerService/CollectStatus", [], False),
+        ("app-a", f"{NODE}ManagerService/CollectStatus", [], True),  # read-only: discovery
         ("app-a", f"{NODE}ReplicationService/Fence", [], False),
         ("app-a", f"{NODE}ReplicationService/Fetch", [], False),
         ("app-a", f"{NODE}ReplicationService/Replicate", [], False),
@@ -96,8 +96,11 @@ def test_any_of_a_certificates_names_counts() -> None:
 
 def test_a_file_without_a_wildcard_denies_strangers_discovery() -> None:
     rules = parse("identities: [{names: [x], roles: [producer]}]")
-    discover = m("/milvus.proto.streaming.StreamingCoordAssignmentService/AssignmentDiscover")
-    assert rules.allowed(["x"], discover, []) and not rules.allowed(["y"], discover, [])
+    for method in (
+        "/milvus.proto.streaming.StreamingCoordAssignmentService/AssignmentDiscover",
+        f"{NODE}ManagerService/CollectStatus",
+    ):
+        assert rules.allowed(["x"], m(method), []) and not rules.allowed(["y"], m(method), [])
 
 
 def test_every_served_method_has_a_rule() -> None:

@@ -171,7 +171,6 @@ async def test_a_client_identity_cannot_manage_replicate_drain_or_destroy(
                 client.assign(name, term + 1),
                 client.remove(name, term),
                 client.fence(name, term + 5),
-                client.collect_status(),
             ):
                 with pytest.raises(StreamingError, match=DENIED):
                     await call

@@ -16,8 +16,6 @@ INTERNAL = [
      pb.StreamingNodeManagerAssignRequest(pchannel=pb.PChannelInfo(name="x", term=1))),
     ("/milvus.proto.streaming.StreamingNodeManagerService/Remove",
      pb.StreamingNodeManagerRemoveRequest(pchannel=pb.PChannelInfo(name="x", term=1))),
-    ("/milvus.proto.streaming.StreamingNodeManagerService/CollectStatus",
-     pb.StreamingNodeManagerCollectStatusRequest()),
     ("/milvus.proto.streaming.StreamingNodeReplicationService/Fence",
      pb.FenceRequest(pchannel=pb.PChannelInfo(name="x", term=5))),
 ]  # fmt: skip
@@ -39,6 +37,14 @@ async def test_the_client_port_serves_no_manager_or_replication_call(
             async for _ in fetch(pb.FetchRequest(pchannel="x"), timeout=5):
                 pass
         assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        # CollectStatus (read-only) is answered there too: clients ask a pchannel's end.
+        status = pb.StreamingNodeManagerCollectStatusRequest()
+        collect = channel.unary_unary(
+            "/milvus.proto.streaming.StreamingNodeManagerService/CollectStatus",
+            request_serializer=pb.StreamingNodeManagerCollectStatusRequest.SerializeToString,
+            response_deserializer=pb.StreamingNodeManagerCollectStatusResponse.FromString,
+        )
+        assert list((await collect(status, timeout=5)).channels) == []
     # The internal port is the one Describe names; the manager answers there.
     where = await internal_address(node.address)
     assert where == f"127.0.0.1:{node.internal_port}" != node.address

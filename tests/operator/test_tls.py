@@ -134,7 +134,7 @@ async def test_produce_through_the_charts_tls_configuration(
         got = [m.payload async for m in consumer]
         # An application's certificate cannot manage or fence nodes.
         with pytest.raises(StreamingError, match="PERMISSION_DENIED: an-application may not"):
-            await client.collect_status()
+            await client.remove("ch-tls", obj["status"]["term"])
         with pytest.raises(StreamingError, match="PERMISSION_DENIED: an-application may not"):
             await client.fence("ch-tls", obj["status"]["term"] + 5)
     assert [p for p in got if p.startswith(b"m")] == [f"m{i}".encode() for i in range(20)]
