@@ -615,3 +615,5 @@ def describe_replication(
         out.progress.extend(status.replicas)
         out.next_offset = status.next_offset
         out.commit_offset = status.commit_offset
+        out.first_offset = status.first_offset
+        out.size_bytes = status.size_bytes

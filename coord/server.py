@@ -17,9 +17,11 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import start_http_server
 
 from streamwal import transport
+from streamwal.coord import discovery
 from streamwal.coord.broadcast_service import BroadcastService
 from streamwal.coord.coordinator import CoordConfig, Coordinator
 from streamwal.coord.meta_store import LocalMetaStore
+from streamwal.coord.pinger import Pinger
 from streamwal.errors import InvalidArgument, StreamingError
 from streamwal.grpc_errors import abort as _abort
 from streamwal.proto import broadcast_pb2_grpc as bpbg
@@ -41,7 +43,11 @@ class AssignmentService(pbg.StreamingCoordAssignmentServiceServicer):
         self.coord = coord
 
     async def AssignmentDiscover(self, request_iterator, context):
-        queue = self.coord.hub.subscribe()
+        metadata = dict(context.invocation_metadata() or ())
+        queue = self.coord.hub.subscribe(
+            deltas=metadata.get(discovery.DELTAS) == "deltas",
+            since=discovery.parse_version(metadata.get(discovery.RESUME_FROM)),
+        )
         closed = asyncio.Event()
 
         async def read_commands() -> None:
@@ -110,6 +116,7 @@ class ChannelService(cpbg.StreamingCoordChannelServiceServicer):
             request.prefix,
             request.replicas,
             request.allow_data_loss,
+            list(request.names),
             request.retention if request.HasField("retention") else None,
         )
         return cpb.CreateChannelsResponse(channel_names=names)
@@ -152,14 +159,17 @@ def parse_nodes(text: str) -> dict[int, str]:
 
 
 async def start_grpc(
-    coord: Coordinator, listen: str, channel_service: bool = True
+    coord: Coordinator,
+    listen: str,
+    channel_service: bool = True,
+    security: transport.TransportConfig | None = None,
 ) -> tuple[aio.Server, health.aio.HealthServicer, int]:
     """Serve the coord's gRPC services for `coord` on `listen`; returns server, health, port.
 
     The Kubernetes operator serves the same services beside Kopf, without the channel
     service (there, PChannel resources are created with kubectl, not through the coord).
     """
-    server = transport.make_server()
+    server = transport.make_server(security)
     pbg.add_StreamingCoordAssignmentServiceServicer_to_server(AssignmentService(coord), server)
     pbg.add_StreamingCoordStateServiceServicer_to_server(StateService(coord), server)
     if channel_service:
@@ -169,7 +179,7 @@ async def start_grpc(
     )
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    port = transport.bind(server, listen)
+    port = transport.bind(server, listen, security)
     await server.start()
     await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     return server, health_servicer, port
@@ -190,12 +200,13 @@ async def serve(
     config: CoordConfig,
     metrics_address: str | None = None,
     forget_missing_meta: bool = False,
+    security: transport.TransportConfig | None = None,
 ) -> None:
-    """Run a coord until SIGTERM / SIGINT."""
+    """Run a coord until SIGTERM / SIGINT; `security`: its server's TLS and access rules."""
     store = LocalMetaStore(meta_dir, forget_missing=forget_missing_meta)
-    coord = Coordinator(store, config)
+    coord = Coordinator(store, config, pinger=Pinger(config.probe_interval, config.max_loop_stall))
     await coord.start()
-    server, health_servicer, port = await start_grpc(coord, listen)
+    server, health_servicer, port = await start_grpc(coord, listen, security=security)
     if metrics_address:
         serve_metrics(coord, metrics_address)
     log.info("coord serving", extra={"listen": listen, "port": port, "meta_dir": meta_dir})

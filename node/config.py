@@ -8,6 +8,9 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class NodeConfig:
     listen: str = "127.0.0.1:19530"
+    # The manager and replication services' listener: "auto" = the gRPC host on a free
+    # port (named by Describe), HOST:PORT, or "shared" (on `listen`, the seed's one port).
+    internal_listen: str = "auto"
     data_dir: str = "./data/node"
     node_id: int = 1
     metrics: str | None = None
@@ -60,6 +63,9 @@ class NodeConfig:
     # The produce port (plain TCP frames, proto/wire.proto): "auto" = the gRPC host on a
     # free port, HOST:PORT, or "off". Closed whenever TLS is configured.
     produce_listen: str = "auto"
+    # The probe port (node/probe_port.py): "auto" = the gRPC host on a free port,
+    # HOST:PORT, or "off".
+    probe_listen: str = "auto"
     # Written with the bound port once serving: lets a supervisor use --listen HOST:0.
     port_file: str | None = None
 

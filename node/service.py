@@ -99,6 +99,7 @@ class NodeService:
         self.max_pending_answers = cfg.max_pending_answers
         self._ids = itertools.count(1)
         self.serving = True
+        self.probe_port = 0  # the probe port, set by the server once bound (0: none)
         limits = TxnLimits(
             cfg.txn_keepalive_s,
             cfg.txn_max_keepalive_s,
@@ -117,7 +118,10 @@ class NodeService:
         if isinstance(what, str):
             self.wal.metrics.limit_exceeded.labels(what).inc()
 
-    def handlers(self) -> list[grpc.GenericRpcHandler]:
+    def handlers(self) -> tuple[list[grpc.GenericRpcHandler], list[grpc.GenericRpcHandler]]:
+        """The client listener's services (Produce, Consume, state, CollectStatus) and the
+        internal listener's (manager, replication, state)."""
+
         def ser(msg) -> bytes:
             # A Produce stream's hot-path answers come serialized already (ProduceStream).
             return msg if isinstance(msg, bytes) else msg.SerializeToString()
@@ -169,7 +173,17 @@ class NodeService:
                 ),
             },
         )
-        return [handler, manager, state, replication]
+        # CollectStatus is read-only and clients ask it (a pchannel's end offset, Spark's
+        # node discovery), so the client listener answers it too.
+        status = grpc.method_handlers_generic_handler(
+            "milvus.proto.streaming.StreamingNodeManagerService",
+            {
+                "CollectStatus": grpc.unary_unary_rpc_method_handler(
+                    self.collect_status, _tolerant(pb.StreamingNodeManagerCollectStatusRequest), ser
+                ),
+            },
+        )
+        return [handler, state, status], [manager, state, replication]
 
     # -- replication -------------------------------------------------------------------
 
@@ -282,7 +296,9 @@ class NodeService:
     async def collect_status(self, request, context):
         async def act(_req):
             resp = pb.StreamingNodeManagerCollectStatusResponse(
-                server_id=self.node_id, wall_time_ms=time.time_ns() // 1_000_000
+                server_id=self.node_id,
+                wall_time_ms=time.time_ns() // 1_000_000,
+                probe_port=self.probe_port,
             )
             for ch in self.wal.channels.values():
                 if not ch.meta.serving or ch.recovering or not ch.fence.assigned:
@@ -425,6 +441,7 @@ class NodeService:
         consumer_id: int,
     ) -> StreamingError | None:
         lag = self.wal.metrics.consumer_lag.labels(ch.name)
+        delivered = self.wal.metrics.delivered(ch.name)
         batched = options.batched
         skip_ticks = options.skip_time_ticks
         end = options.end_offset if options.HasField("end_offset") else None
@@ -462,6 +479,8 @@ class NodeService:
                 position = base + rec.count
                 if piece is None or (skip_ticks and rec.flags & records.FLAG_TIME_TICK):
                     continue
+                if not rec.flags & records.FLAG_TIME_TICK:
+                    delivered[0] += piece.count
                 if not batched:
                     for frame in delivery.message_frames(piece, rec.term):
                         await context.write(frame)

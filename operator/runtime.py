@@ -21,12 +21,14 @@ from prometheus_client import Gauge
 from streamwal.coord.coordinator import CoordConfig, Coordinator
 from streamwal.coord.liveness import DEFAULT_GRACE, DEFAULT_PROBE_INTERVAL
 from streamwal.coord.meta_store import VersionConflict
+from streamwal.coord.pinger import Pinger
 from streamwal.coord.server import serve_metrics, start_grpc
 from streamwal.errors import InvalidArgument, StreamingError
 from streamwal.operator import pods as podlib
 from streamwal.operator import status as st
 from streamwal.operator.kube_meta_store import GROUP, KIND, VERSION, KubeMetaStore
 from streamwal.tasks import cancel_and_wait
+from streamwal.transport import TransportConfig
 
 log = logging.getLogger("streamwal.operator")
 
@@ -48,6 +50,8 @@ class OperatorConfig:
     metrics: str | None = None
     probe_interval: float = DEFAULT_PROBE_INTERVAL
     grace: float = DEFAULT_GRACE
+    # The coord server's TLS and access rules (--access-file); None: STREAMWAL_TLS_*.
+    security: TransportConfig | None = None
 
 
 def load_api() -> client.ApiClient:
@@ -73,9 +77,11 @@ class OperatorRuntime:
         self.store = KubeMetaStore(
             self.api, cfg.namespace, live_nodes=self._live_count, on_condition=self._on_condition
         )
+        config = CoordConfig(nodes={}, probe_interval=cfg.probe_interval, grace=cfg.grace)
         self.coord = Coordinator(
             self.store,
-            CoordConfig(nodes={}, probe_interval=cfg.probe_interval, grace=cfg.grace),
+            config,
+            pinger=Pinger(config.probe_interval, config.max_loop_stall),
         )
         self.coord.listener = self._on_outcome
         self.coord.active = False
@@ -107,7 +113,7 @@ class OperatorRuntime:
         await self.coord.start()
         if self.cfg.coord_listen:
             self._server, _health, self.grpc_port = await start_grpc(
-                self.coord, self.cfg.coord_listen, channel_service=False
+                self.coord, self.cfg.coord_listen, channel_service=False, security=self.cfg.security
             )
         if self.cfg.metrics:
             self.metrics_port = serve_metrics(self.coord, self.cfg.metrics)

@@ -37,7 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
+from streamwal.cli import Address
 from streamwal.client.routing import Reroute, RoutedProducer
 from streamwal.client.wal import WAL, connect
 from streamwal.errors import StreamingError
@@ -45,6 +47,7 @@ from streamwal.testing.history import Acked, Verdict, check, payload, read_log
 from streamwal.testing.local_cluster import LocalCluster
 
 WINDOW = 64  # sends in flight per producer
+DEFAULT_COORD = "127.0.0.1:19500"  # the CLI's default --coord
 
 
 @dataclass
@@ -411,7 +414,22 @@ def render(summary: dict) -> str:
     help="Bound on the workload (sends stop after it).",
 )
 @click.option("--workdir", type=click.Path(file_okay=False), help="Keep the data here.")
+@click.option(
+    "--serve",
+    is_flag=True,
+    help="Keep a coord and --nodes nodes up to play with (a node that exits is started "
+    "again); print the address and what to try; Ctrl-C stops them. No demo run.",
+)
+@click.option(
+    "--listen",
+    default=DEFAULT_COORD,
+    show_default=True,
+    type=Address(listen=False),
+    help="With --serve: the coord's gRPC HOST:PORT (the CLI's default --coord).",
+)
+@click.pass_context
 def dev(
+    ctx: click.Context,
     nodes: int,
     pchannels: int,
     messages: int,
@@ -423,8 +441,16 @@ def dev(
     grace: float,
     timeout: float,
     workdir: str | None,
+    serve: bool,
+    listen: str,
 ) -> None:
-    """Embedded cluster: coord + nodes, a routed workload, a node kill -9, a full check."""
+    """Embedded cluster: coord + nodes, a routed workload, a node kill -9, a full check;
+    with --serve, a coord and nodes kept up for you to use."""
+    if serve:
+        _serve(ctx, nodes, grace, listen, workdir)
+        return
+    if ctx.get_parameter_source("listen") != ParameterSource.DEFAULT:
+        raise click.UsageError("--listen goes with --serve")
     if replicas % 2 == 0 or replicas > nodes:
         raise click.BadParameter(
             f"must be odd and at most --nodes ({nodes})", param_hint="--replicas"
@@ -472,3 +498,41 @@ def dev(
     click.echo(render(summary))
     click.echo(json.dumps(summary))
     sys.exit(0 if summary["ok"] else 1)
+
+
+DEMO_ONLY = (
+    "pchannels",
+    "messages",
+    "replicas",
+    "kill_at",
+    "restart_after",
+    "no_restart",
+    "timeout",
+)
+
+
+def _serve(ctx: click.Context, nodes: int, grace: float, listen: str, workdir: str | None) -> None:
+    from streamwal.testing.dev_serve import serve
+
+    given = [
+        "--" + n.replace("_", "-")
+        for n in DEMO_ONLY
+        if ctx.get_parameter_source(n) != ParameterSource.DEFAULT
+    ]
+    if given:
+        raise click.UsageError(f"{', '.join(given)}: demo options, not for --serve")
+    root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="streamwal-dev-"))
+
+    def say(text: str) -> None:
+        click.echo(text)
+        sys.stdout.flush()
+
+    try:
+        asyncio.run(serve(root, nodes, grace, listen, listen == DEFAULT_COORD, say))
+    except KeyboardInterrupt:  # Ctrl-C before serve() took the signals over
+        return
+    except (RuntimeError, TimeoutError) as exc:
+        raise click.ClickException(str(exc).splitlines()[0]) from None
+    finally:
+        if not workdir:
+            shutil.rmtree(root, ignore_errors=True)

@@ -76,7 +76,7 @@ async def test_create_place_describe_destroy(cluster):
     # The same through the CLI, with a retention in the nodes' grammar.
     out = await cluster.cli(
         "channel", "create", "--coord", cluster.coord_address, "--count", "2", "--prefix", "cli",
-        "--retention-age", "2h", "--retention-size", "1GiB",
+        "--retention", "2h", "--retention-size", "1GiB",
     )  # fmt: skip
     assert out.split() == ["cli_0", "cli_1"]
     placed = await wait_for(
