@@ -444,6 +444,25 @@ class PChannelCore:
         self.check()
         return Accepted(base, first_tick)
 
+    def skip(self, end: int, now_ms: int) -> tuple[int, Accepted]:
+        """One internal record covering the offsets up to `end` (async durability: an
+        unclean stop may have lost offsets it acknowledged, which are never handed out
+        again, and the log stays dense); returns its term and offsets. Written before the
+        pchannel serves, then reported as `written`."""
+        self._now_ms = now_ms
+        term = self.last_term or (self.meta.history[-1][0] if self.meta.history else 0)
+        base = self.next_offset
+        self.next_offset = end
+        first_tick = self.clock.allocate(1)
+        self.check()
+        return term, Accepted(base, first_tick)
+
+    def retained(self, keep_from: int, freed: int) -> None:
+        """Retention dropped the records below `keep_from` (`freed` bytes), durably."""
+        self.first_offset = max(self.first_offset, keep_from)
+        self.size_bytes -= freed
+        self.check()
+
     def window(self, producer_id: str, now_ms: int) -> ProducerState:
         """A producer's window, read from the store the first time (least recent first)."""
         state = self.producers.get(producer_id)
@@ -500,8 +519,10 @@ class PChannelCore:
         return [Notify()]
 
     def idle(self, now_ms: int, interval_ms: int) -> bool:
-        """Whether an idle time tick is due (serving, nothing appended for an interval)."""
-        return self.meta.serving and now_ms - self.last_append_ms >= interval_ms
+        """Whether an idle time tick is due (serving, nothing appended for an interval,
+        or the wall clock stepped back past the last append)."""
+        since = now_ms - self.last_append_ms
+        return self.meta.serving and (since >= interval_ms or since < 0)
 
     # ----------------------------------------------------------------- commit waiters
 
@@ -760,7 +781,7 @@ class PChannelCore:
         )
         windows: dict[str, bytes] = {}
         for base, value in got:
-            window = self._copy(base, value)
+            _, window = self.copy(base, value)
             if window is not None:
                 windows[window[0]] = window[1]
         if commit is not None:
@@ -791,9 +812,12 @@ class PChannelCore:
         self.producers.clear()  # read again from what the store holds
         self.check()
 
-    def _copy(self, base: int, value: bytes) -> tuple[str, bytes] | None:
-        """One copied record into the state; returns the producer window to persist."""
-        rec = records.decode(value, f"{self.name}@{base}")
+    def copy(
+        self, base: int, value: bytes, where: str = ""
+    ) -> tuple[int, tuple[str, bytes] | None]:
+        """One copied record into the state (checksum verified; `where` names it in the
+        error); returns its message count and the producer window to persist."""
+        rec = records.decode(value, where or f"{self.name}@{base}")
         history = extend_history(self.meta.history, rec.term, base)
         if history is not None:
             self.meta = replace(self.meta, history=history)
@@ -810,7 +834,7 @@ class PChannelCore:
         self.last_term = rec.term
         self.clock.observe(rec.last_tick)
         self.check()
-        return window
+        return rec.count, window
 
     # ----------------------------------------------------------------- replication
 

@@ -362,8 +362,8 @@ class Replication:
                 changed = True
             if e.record:
                 rules.check_entry(role.term, ch.meta.term, e.term, e.offset, ch.committed_next)
-                rec = records.decode(e.record, f"{ch.name}@{e.offset} from the leader")
-                wal.apply_copied(ch, wb, e.offset, e.record, rec)
+                where = f"{ch.name}@{e.offset} from the leader"
+                wal.apply_copied(ch, wb, e.offset, e.record, where)
                 changed = True
             commit = max(commit, e.commit_offset)
         ch.commit = min(commit, ch.committed_next)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -28,9 +29,9 @@ from streamwal.node import peer, records, salvage
 from streamwal.node.ack_ledger import AckLedger
 from streamwal.node.channel import Channel
 from streamwal.node.channel_meta import ChannelMeta
-from streamwal.node.clock import BarrierTooFar
 from streamwal.node.config import NodeConfig
-from streamwal.node.divergence import cut_history, extend_history, log_divergence
+from streamwal.node.core import Effect, MarkDurable, Notify, Resend
+from streamwal.node.divergence import cut_history, log_divergence
 from streamwal.node.fencing import (
     AssignOutcome,
     check_access,
@@ -44,9 +45,6 @@ from streamwal.node.log_store import LogStore, StoreCorruption, StoreUnwritable,
 from streamwal.node.metrics import ChannelState, NodeMetrics
 from streamwal.node.producers import (
     BatchResult,
-    Duplicate,
-    ProducerState,
-    check_sequence,
     cut_producers,
     idle_producers,
     window_below,
@@ -123,6 +121,11 @@ def _below(recs: list[tuple[int, bytes]], end: int) -> list[tuple[int, bytes]]:
     return recs
 
 
+def _now_ms() -> int:
+    """Wall-clock milliseconds: the core's `now_ms` (ticks, producers' last use)."""
+    return time.time_ns() // 1_000_000
+
+
 def validate_name(name: str) -> None:
     raw = name.encode()
     if not raw or len(raw) > MAX_NAME_BYTES or "\0" in name or not name.isprintable():
@@ -148,7 +151,6 @@ class Wal:
             self._failed,
             metrics.fsync_latency.observe,
         )
-        self._group_sizes: dict[str, tuple[Channel, int]] = {}
         self._tasks: list[asyncio.Task] = []
         self._closing = False
         self.replication = Replication(self, config.node_id)
@@ -186,18 +188,30 @@ class Wal:
                 ch.bad_reason = "the store has no record of this pchannel (its meta is lost)"
                 ch.bad_from = ch.first_offset
 
-    def _load_channel(self, name: str, meta: ChannelMeta) -> Channel:
-        ch = Channel(name, meta, self.store.tail(name), self.store.load_commit(name))
-        ch.unverified_end = ch.committed_next
-        mark = self.ledger.mark(name)
+    def _channel(self, name: str, meta: ChannelMeta) -> Channel:
+        """A pchannel's state as the store holds it; its ledger slot made first (durable
+        before the pchannel's meta is: a pchannel with meta always has a mark)."""
+        ch = Channel(
+            name,
+            meta,
+            self.store.tail(name),
+            self.store.load_commit(name),
+            self.config.node_id,
+            functools.partial(self.store.load_producer, name),
+            self.ledger.mark(name) or 0,
+        )
         ch.ledger_slot = self.ledger.slot(name, ch.committed_next)
-        if mark is not None and ch.committed_next < mark:
-            ch.lost_until = mark
+        self.channels[name] = ch
+        return ch
+
+    def _load_channel(self, name: str, meta: ChannelMeta) -> Channel:
+        ch = self._channel(name, meta)
+        ch.unverified_end = ch.committed_next
+        if ch.lost_until:  # the log ends below what the ledger says was acknowledged
             self._found_damage(ch, "ledger")
         ch.ceiling = self.ledger.ceiling(name)
         if ch.ceiling > ch.committed_next and ch.commit is None and not ch.damage:
             self._skip_to_ceiling(ch)
-        self.channels[name] = ch
         return ch
 
     def _skip_to_ceiling(self, ch: Channel) -> None:
@@ -205,17 +219,16 @@ class Wal:
         acknowledged (a power loss takes the last second by design): one internal record
         covers everything up to the ceiling, so those offsets are never handed out again,
         and the log stays dense. Written before the node serves."""
-        end = ch.committed_next
-        term = ch.last_term or (ch.meta.history[-1][0] if ch.meta.history else 0)
+        term, got = ch.core.skip(ch.ceiling, _now_ms())
+        end, count = got.base, ch.ceiling - got.base
         flags = records.FLAG_SKIP | records.FLAG_SHARED_TICK
-        value = records.encode(term, ch.clock.allocate(1), ch.ceiling - end, b"", flags)
+        value = records.encode(term, got.first_tick, count, b"", flags)
         wb = self.store.new_batch()
         self.store.put_record(wb, ch.name, end, value)
         self.store.put_size(wb, ch.name, ch.size_bytes + len(value))
         self.store.write_synced(wb)
-        ch.committed(end, ch.ceiling - end, value)
-        ch.next_offset = ch.ceiling
-        ch.size_bytes += len(value)
+        ch.core.written(end, count, len(value), term, None, ledger=False)
+        ch.cache(end, value)
         log.warning(
             "offsets skipped after an unclean stop under async durability",
             extra={"pchannel": ch.name, "from": end, "to": ch.ceiling - 1},
@@ -369,11 +382,7 @@ class Wal:
             retention_age_ms=self.config.default_retention_age_ms,
             retention_bytes=self.config.default_retention_bytes,
         )
-        ch = Channel(name, meta, self.store.tail(name), self.store.load_commit(name))
-        # Durable before the pchannel's meta is: a pchannel with meta always has a mark.
-        ch.ledger_slot = self.ledger.slot(name, ch.committed_next)
-        self.channels[name] = ch
-        return ch
+        return self._channel(name, meta)
 
     def _tick(self, ch: Channel) -> None:
         """A new leader's first record: committing it commits the older terms' records
@@ -451,9 +460,7 @@ class Wal:
         copied, wb, pending = 0, self.store.new_batch(), 0
         async for resp in stream:
             where = f"{ch.name}@{resp.base_offset} from {source}"
-            rec = records.decode(resp.record, where)
-            self.apply_copied(ch, wb, resp.base_offset, resp.record, rec)
-            copied += rec.count
+            copied += self.apply_copied(ch, wb, resp.base_offset, resp.record, where)
             pending += len(resp.record)
             if pending >= 8 * 1024 * 1024:
                 self.store.put_size(wb, ch.name, ch.size_bytes)
@@ -502,26 +509,19 @@ class Wal:
         ch.producer_states.clear()
         ch.notify()
 
-    def apply_copied(self, ch: Channel, wb, base: int, value: bytes, rec: records.Record) -> None:
+    def apply_copied(self, ch: Channel, wb, base: int, value: bytes, where: str) -> int:
         """Add a record copied from another node to `wb`, with the producer window and the
-        term history it implies (catch-up and replication share this)."""
+        term history the core derives from it (catch-up and replication share this);
+        returns its message count."""
+        history = ch.meta.history
+        count, window = ch.core.copy(base, value, where)
         self.store.put_record(wb, ch.name, base, value)
-        history = extend_history(ch.meta.history, rec.term, base)
-        if history is not None:
-            ch.meta = replace(ch.meta, history=history)
+        if ch.meta.history is not history:
             self.store.put_meta(wb, ch.name, ch.meta)
-        if rec.producer is not None:
-            pid, seq = rec.producer
-            state = self._producer_state(ch, pid)
-            state.add(seq, BatchResult(base, rec.first_tick, rec.count))
-            self.store.put_producer(wb, ch.name, pid, state.encode_upto(seq))
-        if ch.next_offset == 0 and not ch.size_bytes:
-            ch.first_offset = base
-        ch.committed(base, rec.count, value)
-        ch.next_offset = base + rec.count
-        ch.size_bytes += len(value)
-        ch.last_term = rec.term
-        ch.clock.observe(rec.last_tick)
+        if window is not None:
+            self.store.put_producer(wb, ch.name, *window)
+        ch.cache(base, value)
+        return count
 
     async def truncate_suffix(self, ch: Channel, offset: int, divergent: bool = True) -> None:
         """Cut this node's log from `offset`: a divergent suffix (records from an unclean
@@ -751,33 +751,18 @@ class Wal:
         if self._closing:
             raise Inner("node is shutting down")
         check_access(ch.fence, ch.name, term)
-        state = None
-        if producer is not None:
-            state = self._producer_state(ch, producer[0])
-            try:
-                check_sequence(state, producer[1], producer[0])
-            except Duplicate as dup:
-                raise Resent(dup.result, ch.inflight.get(producer)) from None
-        if barrier_time_tick:
-            try:
-                ch.clock.push_past(barrier_time_tick)
-            except BarrierTooFar as exc:
-                raise InvalidArgument(str(exc)) from None
-        base = ch.next_offset
-        ch.next_offset = base + count
-        first_tick = ch.clock.allocate(records.ticks_used(flags, count))
-        value = records.encode(term, first_tick, count, body, flags, producer)
+        got = ch.core.append(term, count, _now_ms(), flags, producer, barrier_time_tick)
+        if isinstance(got, Resend):
+            raise Resent(got.result, ch.inflight.get(producer) if got.in_flight else None)
+        value = records.encode(term, got.first_tick, count, body, flags, producer)
         future = asyncio.get_running_loop().create_future()
-        if not flags & records.INTERNAL_FLAGS:  # cursor records must not hold back ticks
-            ch.last_append_ms = time.monotonic() * 1000
-        if producer is not None and state is not None:
-            state.add(producer[1], BatchResult(base, first_tick, count))
+        if producer is not None:
             ch.inflight[producer] = future
         self._committer.submit(
             _Append(
                 ch,
-                base,
-                first_tick,
+                got.base,
+                got.first_tick,
                 count,
                 value,
                 time.perf_counter(),
@@ -789,32 +774,23 @@ class Wal:
         )
         return future
 
-    def _producer_state(self, ch: Channel, producer_id: str) -> ProducerState:
-        state = ch.producer_states.get(producer_id)
-        if state is None:
-            raw = self.store.load_producer(ch.name, producer_id)
-            state = ProducerState.decode(raw) if raw else ProducerState()
-            ch.producer_states[producer_id] = state
-        else:
-            ch.producer_states.move_to_end(producer_id)
-        state.last_used = time.monotonic()
-        return state
-
     def evict_idle_producers(self, ch: Channel) -> None:
         """Drop idle producers' state from memory; a producer per Spark task or batch
         would otherwise grow a long-lived node without bound."""
         for producer_id in idle_producers(
             ch.producer_states,
-            time.monotonic(),
+            time.time(),
             self.config.producer_idle_s,
             ch.producers_in_flight(),
         ):
             del ch.producer_states[producer_id]
 
     def last_sequence(self, ch: Channel, producer_id: str) -> int:
-        return self._producer_state(ch, producer_id).accepted
+        return ch.core.window(producer_id, _now_ms()).accepted
 
     def _prepare(self, group: list, wb) -> None:
+        """The group's records, producer windows, retention cuts and each pchannel's size
+        once the group is durable (the core counts the same when told `written`)."""
         sizes: dict[str, tuple[Channel, int]] = {}
         for item in group:
             ch = item.channel
@@ -824,7 +800,7 @@ class Wal:
                 size += len(item.value)
                 if item.producer is not None:
                     pid, seq = item.producer
-                    window = ch.producer_states[pid].encode_upto(seq)
+                    window = ch.core.producers[pid].encode_upto(seq)
                     self.store.put_producer(wb, ch.name, pid, window)
             else:
                 wb.delete_range(log_key(ch.name, 0), log_key(ch.name, item.keep_from))
@@ -835,7 +811,6 @@ class Wal:
         for name, (ch, size) in sizes.items():
             self.store.put_size(wb, name, size)
             self.replication.persist_commit(ch, wb)
-        self._group_sizes = sizes
 
     def _committed(self, group: list) -> None:
         now = time.perf_counter()
@@ -853,17 +828,18 @@ class Wal:
             ch = item.channel
             touched[ch.name] = ch
             if isinstance(item, _Append):
-                ch.committed(item.base, item.count, item.value)
-                # Before the answer: the mark covers every acknowledged offset (sync), the
-                # ceiling every one a power loss may take (async).
-                if durable:
-                    self.ledger.advance(ch.ledger_slot, item.base + item.count)
-                else:
-                    self._reserve(ch, item.base + item.count)
-                # The record's term, not the channel's: a Fence raises that before the
-                # writes in flight drain, and its report must name the last record's term
-                # (found by the simulator: the raised term made a stale log look newest).
-                ch.last_term = item.term
+                end = item.base + item.count
+                # Before the answer: the mark covers every acknowledged offset (sync: the
+                # core's MarkDurable), the ceiling every one a power loss may take (async).
+                self._effects(
+                    ch,
+                    ch.core.written(
+                        item.base, item.count, len(item.value), item.term, item.producer, durable
+                    ),
+                )
+                if not durable:
+                    self._reserve(ch, end)
+                ch.cache(item.base, item.value)
                 totals = m.appended(ch.name)
                 totals[0] += item.count
                 totals[1] += len(item.value)
@@ -874,16 +850,22 @@ class Wal:
                     item.future.set_result((item.base, item.first_tick))
                     _run_on_done(item)
             else:
-                ch.first_offset = max(ch.first_offset, item.keep_from)
+                ch.core.retained(item.keep_from, item.freed)
                 ch.drop_cache_before(item.keep_from)
                 if not item.future.done():
                     item.future.set_result(None)
-        for ch, size in self._group_sizes.values():
-            ch.size_bytes = size
         for ch in touched.values():
             if isinstance(ch.replica, LeaderRole):
                 self.replication.advance(ch)
             ch.notify()
+
+    def _effects(self, ch: Channel, effects: list[Effect]) -> None:
+        """Apply what the core of `ch` asks for (a Notify waits for the caller's one)."""
+        for effect in effects:
+            if isinstance(effect, MarkDurable):
+                self.ledger.advance(ch.ledger_slot, effect.end)
+            elif not isinstance(effect, Notify):
+                raise AssertionError(f"an effect the Wal does not apply here: {effect!r}")
 
     def unhealthy(self, ch: Channel) -> str:
         """Why this node cannot serve `ch` well now ("": it can): CollectStatus says so,
@@ -909,23 +891,21 @@ class Wal:
                 "appends could not be written", extra={"error": repr(exc), "items": len(group)}
             )
             err = Inner(f"append failed: {exc}")
-        touched: dict[str, Channel] = {}
+        touched: dict[str, tuple[Channel, list[tuple[str, int]]]] = {}
         for item in group:
             ch = item.channel
-            touched[ch.name] = ch
+            lost = touched.setdefault(ch.name, (ch, []))[1]
             if isinstance(item, _Append) and item.producer is not None:
-                # Forget what never became durable, so the resend is appended for real.
-                pid, seq = item.producer
                 ch.inflight.pop(item.producer, None)
-                state = ch.producer_states.get(pid)
-                if state is not None:
-                    state.forget(seq)
+                lost.append(item.producer)
             if not item.future.done():
                 item.future.set_exception(err)
                 if isinstance(item, _Append):
                     _run_on_done(item)
-        for ch in touched.values():
-            ch.rewind_uncommitted()
+        for ch, lost in touched.values():
+            # Forget what never became durable (the resend is appended for real) and hand
+            # the lost offsets out again.
+            self._effects(ch, ch.core.write_failed(lost))
             ch.notify()
 
     def _channel_states(self) -> list[ChannelState]:
@@ -986,9 +966,9 @@ class Wal:
         interval = self.config.time_tick_interval_s
         while True:
             await asyncio.sleep(interval / 2)
-            now = time.monotonic() * 1000
+            now = _now_ms()
             for ch in list(self.channels.values()):
-                if ch.meta.serving and now - ch.last_append_ms >= interval * 1000:
+                if ch.core.idle(now, int(interval * 1000)):
                     try:
                         self.append(ch, ch.term, _TIME_TICK_BODY, 1, records.FLAG_TIME_TICK)
                     except StreamingError:
