@@ -17,28 +17,22 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from streamwal.node.channel_meta import ChannelMeta, Tail
-from streamwal.node.clock import HybridClock
 from streamwal.node.core import PChannelCore
-from streamwal.node.fencing import Fence
 from streamwal.node.producers import ProducerState
-from streamwal.node.replica import LeaderRole, Role
 
 # Recently committed records kept in memory so tailing consumers skip RocksDB.
 TAIL_CACHE_BYTES = 16 * 1024 * 1024
 
 
 class _Core:
-    """A field the pchannel's core owns, read through the Channel (and set by the Wal
-    where it still applies a decision itself)."""
+    """A field the pchannel's core owns, read through the Channel (read only: only the
+    core's inputs change it)."""
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
 
     def __get__(self, obj: Channel, owner: type | None = None) -> Any:
         return getattr(obj.core, self.name)
-
-    def __set__(self, obj: Channel, value: Any) -> None:
-        setattr(obj.core, self.name, value)
 
 
 class Channel:
@@ -49,15 +43,18 @@ class Channel:
 
     meta = _Core()
     recovering = _Core()
-    taking = _Core()
     first_offset = _Core()
     next_offset = _Core()
     committed_next = _Core()
     size_bytes = _Core()
     last_term = _Core()
-    lost_until = _Core()
-    bad_from = _Core()
-    bad_reason = _Core()
+    commit = _Core()  # None: one replica, everything durable is committed
+    damage = _Core()  # why the log here may lack acknowledged records ("": whole)
+    fence = _Core()
+    visible_next = _Core()  # consumers see offsets below this
+    known_commit = _Core()
+    term = _Core()
+    clock = _Core()
 
     def __init__(
         self,
@@ -72,8 +69,6 @@ class Channel:
     ) -> None:
         self.name = name
         self.core = PChannelCore(name, node_id, meta, tail, commit, load_window, known, ledger_mark)
-        # Replication: this node's role under the current term, if any.
-        self.replica: Role | None = None
         self.producers = 0
         self.consumers = 0
         self.consumer_positions: dict[int, int] = {}
@@ -85,61 +80,19 @@ class Channel:
         # earlier process wrote and nobody has verified since this one started (0: all
         # verified).
         self.ledger_slot = -1
-        self.bad_needs_salvage = False  # RocksDB failed a checksum: salvage.py, not a cut
         self.unverified_end = 0
         # Async durability: every offset acknowledged is below this (ack_ledger.py).
         self.ceiling = 0
         self.verify_urgent = False  # someone waits for the verification: no pauses
 
     @property
-    def clock(self) -> HybridClock:
-        return self.core.clock
-
-    @property
-    def commit(self) -> int | None:
-        """The commit offset once replicated (None: one replica, everything durable is
-        committed)."""
-        return self.core.commit
-
-    @commit.setter
-    def commit(self, value: int | None) -> None:
-        self.core.commit = value
-        self.core._high_commit = value or 0
-
-    @property
     def producer_states(self) -> OrderedDict[str, ProducerState]:
         """Idempotent producers' windows (least recently used first)."""
         return self.core.producers
 
-    @property
-    def damage(self) -> str:
-        """Why this node's log of the pchannel may lack acknowledged records ("": whole)."""
-        return self.core.damage
-
     def producers_in_flight(self) -> set[str]:
         """Idempotent producers with a batch accepted but not yet durable."""
         return {producer_id for producer_id, _ in self.core.in_flight}
-
-    @property
-    def fence(self) -> Fence:
-        following = ""
-        if self.replica is not None and not isinstance(self.replica, LeaderRole):
-            following = self.replica.leader_address
-        core = self.core
-        return Fence.of(core.meta, core.recovering, following, core.taking, core.damage)
-
-    @property
-    def visible_next(self) -> int:
-        """Consumers see offsets below this: durable here and, if replicated, committed."""
-        return self.core.visible_next
-
-    @property
-    def known_commit(self) -> int:
-        return self.core.known_commit
-
-    @property
-    def term(self) -> int:
-        return self.core.meta.term
 
     def cache(self, base: int, value: bytes) -> None:
         """A durable record, kept for tailing consumers."""

@@ -14,7 +14,12 @@ Inputs: `access` (may a client use term T?), `append` (allocate offsets and tick
 (generators: they yield the steps that need I/O -- drain, catch up, truncate, persist the
 meta -- and get each step's outcome back), `open_stream` / `acked` (a follower of this
 leader connects, acknowledges), `apply` (a follower's entries from its leader, also a
-generator), `copy` (a record copied from elsewhere), `wait_commit`, `idle`.
+generator), `store` / `copy` (records copied from elsewhere), `wait_commit`, `idle`,
+`retained` (retention cut the front), `durable` (the ledger's periodic sync), `skip` (an
+unclean stop under async durability), `found_damage` / `rebuild`.
+
+`drive` runs an input's steps against a driver's I/O: the node's `Wal` (node/wal.py) and
+the simulator's `SimNode` (testing/sim/node.py) are the two drivers.
 
 Effects: `PersistMeta`, `MarkDurable` (the acknowledged-offset ledger), `Answer` / `Fail`
 (commit waiters), `StartFollowing` / `StopFollowing`, `AppendTick` (a new leader's first
@@ -32,7 +37,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import OrderedDict
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -42,6 +47,7 @@ from streamwal.errors import (
     IgnoredOperation,
     InvalidArgument,
     StreamingError,
+    UnmatchedChannelTerm,
 )
 from streamwal.node import fencing, records
 from streamwal.node import replication_rules as rules
@@ -262,6 +268,44 @@ class Entry:
     commit_offset: int = 0
 
 
+async def drive(steps: Steps, step: Callable[[Effect], Awaitable[Any]]) -> Any:
+    """Run an input's steps: `step` does each one's I/O; its outcome goes back to the core
+    (a StreamingError is thrown in, for the core to undo or pass on). Returns the input's
+    result. Shared by the node's Wal and the simulator's node."""
+    sent: Any = None
+    error: StreamingError | None = None
+    while True:
+        try:
+            effect = steps.throw(error) if error is not None else steps.send(sent)
+        except StopIteration as done:
+            return done.value
+        sent, error = None, None
+        try:
+            sent = await step(effect)
+        except StreamingError as exc:
+            error = exc
+
+
+def parse_replica_set(rs: pb.ReplicaSet | None, node_id: int) -> ReplicaSet | None:
+    """An Assign's replica set, or None for the single-replica behaviour; raises on a
+    replica set this node cannot act on (checked before anything is persisted)."""
+    if rs is None or not rs.members:
+        return None
+    members = tuple(Peer(m.server_id, m.address) for m in rs.members)
+    ids = [m.node_id for m in members]
+    if len(set(ids)) != len(ids):
+        raise InvalidArgument(f"replica set names a node twice: {ids}")
+    if node_id not in ids:
+        raise InvalidArgument(f"replica set {ids} does not include this node ({node_id})")
+    if rs.role == pb.REPLICA_ROLE_FOLLOWER:
+        if not rs.leader.address or rs.leader.server_id == node_id:
+            raise InvalidArgument("a follower's replica set needs its leader (another node)")
+        return ReplicaSet(False, members, Peer(rs.leader.server_id, rs.leader.address))
+    if rs.role != pb.REPLICA_ROLE_LEADER:
+        raise InvalidArgument(f"unknown replica role {rs.role}")
+    return ReplicaSet(True, members)
+
+
 class InvariantBroken(AssertionError):
     """A state no input may produce: a bug, never an operating error."""
 
@@ -312,6 +356,7 @@ class PChannelCore:
         self.bad_from: int | None = None
         self.bad_reason = ""
         self.unverified = False  # an earlier process wrote records nobody verified yet
+        self.needs_salvage = False  # the store failed a checksum: salvage.py, not a cut
         self.ledger_mark = ledger_mark  # the highest end this node may have acknowledged
         if self.committed_next < ledger_mark:
             self.lost_until = ledger_mark
@@ -518,6 +563,11 @@ class PChannelCore:
         self.check()
         return [Notify()]
 
+    def durable(self, end: int) -> None:
+        """The ledger marks the log durable up to `end` (async durability's periodic
+        sync): damage found later is measured against it."""
+        self.ledger_mark = max(self.ledger_mark, end)
+
     def idle(self, now_ms: int, interval_ms: int) -> bool:
         """Whether an idle time tick is due (serving, nothing appended for an interval,
         or the wall clock stepped back past the last append)."""
@@ -631,7 +681,7 @@ class PChannelCore:
             if not following and self.unverified:
                 yield from self._verify()
             cut = fencing.decide_damaged_assign(
-                self.name, self.damage, False, following, accept_data_loss, outcome
+                self.name, self.damage, self.needs_salvage, following, accept_data_loss, outcome
             )
             self.recovering = False
             if cut:
@@ -698,6 +748,7 @@ class PChannelCore:
         decide_remove(self.fence if self.known else None, self.name, term)
         self.meta = replace(self.meta, serving=False)
         yield from self._stop_role()
+        yield Notify()  # consumers see the fence move
         if not self.drained:
             yield Drain()
         yield PersistMeta(self.meta)
@@ -705,12 +756,15 @@ class PChannelCore:
 
     # ----------------------------------------------------------------- damage
 
-    def found_damage(self, offset: int, reason: str) -> list[Effect]:
+    def found_damage(self, offset: int, reason: str, store_corrupt: bool = False) -> list[Effect]:
         """A record at `offset` cannot be read back as written: nobody is served here from
-        now on; a leader's role ends (the coord moves it)."""
+        now on; a leader's role ends (the coord moves it). `store_corrupt`: the store
+        itself failed a checksum, which no cut mends (salvage.py). Nothing when the damage
+        was known already."""
         if self.bad_from is not None and self.bad_from <= offset:
             return []
         self.bad_from, self.bad_reason = offset, reason
+        self.needs_salvage = self.needs_salvage or store_corrupt
         if isinstance(self.role, Leading):
             err = DataLoss(f"pchannel {self.name!r} lost acknowledged records: {self.damage}")
             return self._stop_role(err)
@@ -846,7 +900,7 @@ class PChannelCore:
         if not isinstance(role, Leading):
             raise ChannelFenced(f"pchannel {self.name!r} is not led by this node")
         if term != role.term:
-            raise ChannelFenced(
+            raise UnmatchedChannelTerm(
                 f"replication of {self.name!r} under term {term} refused: the leader's "
                 f"term is {role.term}"
             )

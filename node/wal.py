@@ -14,12 +14,11 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from typing import Any
 
 from streamwal.errors import (
-    ChannelFenced,
     DataLoss,
-    IgnoredOperation,
     Inner,
     InvalidArgument,
     StreamingError,
@@ -30,13 +29,31 @@ from streamwal.node.ack_ledger import AckLedger
 from streamwal.node.channel import Channel
 from streamwal.node.channel_meta import ChannelMeta
 from streamwal.node.config import NodeConfig
-from streamwal.node.core import Effect, MarkDurable, Notify, Resend
-from streamwal.node.divergence import cut_history, log_divergence
+from streamwal.node.core import (
+    Answer,
+    AppendTick,
+    CatchUp,
+    Drain,
+    Effect,
+    Fail,
+    Following,
+    MarkDurable,
+    Notify,
+    PersistMeta,
+    Resend,
+    StartFollowing,
+    Steps,
+    StopFollowing,
+    Store,
+    Truncate,
+    Verify,
+    drive,
+    parse_replica_set,
+)
+from streamwal.node.divergence import log_divergence
 from streamwal.node.fencing import (
     AssignOutcome,
     check_access,
-    decide_assign,
-    decide_damaged_assign,
     decide_remove,
 )
 from streamwal.node.group_commit import GroupCommitter
@@ -50,8 +67,7 @@ from streamwal.node.producers import (
     window_below,
     window_end,
 )
-from streamwal.node.replica import LeaderRole
-from streamwal.node.replication import Replication, parse_replica_set
+from streamwal.node.replication import Replication
 from streamwal.node.retention import plan_cut
 from streamwal.proto import streaming_pb2 as pb
 
@@ -62,6 +78,7 @@ READ_BYTES = 4 * 1024 * 1024  # one read step of a consumer or a fetch
 VERIFY_STEP_BYTES = 4 * 1024 * 1024  # records checked per step of a verification
 LEDGER_SYNC_S = 1.0  # the ledger's marks reach the disk (and, async, the WAL) this often
 CEILING_RESERVE = 1 << 16  # async: offsets reserved per durable raise of a ceiling
+COPY_BYTES = 8 * 1024 * 1024  # a catch-up syncs what it copied at least this often
 _TIME_TICK_BODY = pb.MessageBatch(
     messages=[pb.Message(properties={PROP_TYPE: str(int(MsgType.TimeTick))})]
 ).SerializeToString()
@@ -185,10 +202,10 @@ class Wal:
         for name in self.ledger.names():
             if name not in self.channels:
                 ch = self._load_channel(name, ChannelMeta())
-                ch.bad_reason = "the store has no record of this pchannel (its meta is lost)"
-                ch.bad_from = ch.first_offset
+                lost = "the store has no record of this pchannel (its meta is lost)"
+                ch.core.found_damage(ch.first_offset, lost)
 
-    def _channel(self, name: str, meta: ChannelMeta) -> Channel:
+    def _channel(self, name: str, meta: ChannelMeta, known: bool = True) -> Channel:
         """A pchannel's state as the store holds it; its ledger slot made first (durable
         before the pchannel's meta is: a pchannel with meta always has a mark)."""
         ch = Channel(
@@ -199,6 +216,7 @@ class Wal:
             self.config.node_id,
             functools.partial(self.store.load_producer, name),
             self.ledger.mark(name) or 0,
+            known,
         )
         ch.ledger_slot = self.ledger.slot(name, ch.committed_next)
         self.channels[name] = ch
@@ -207,7 +225,8 @@ class Wal:
     def _load_channel(self, name: str, meta: ChannelMeta) -> Channel:
         ch = self._channel(name, meta)
         ch.unverified_end = ch.committed_next
-        if ch.lost_until:  # the log ends below what the ledger says was acknowledged
+        ch.core.unverified = bool(ch.unverified_end)
+        if ch.core.lost_until:  # the log ends below what the ledger says was acknowledged
             self._found_damage(ch, "ledger")
         ch.ceiling = self.ledger.ceiling(name)
         if ch.ceiling > ch.committed_next and ch.commit is None and not ch.damage:
@@ -257,8 +276,8 @@ class Wal:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._committer.close()
+        self.replication.close()
         for ch in self.channels.values():
-            self.replication.stop_role(ch, None)
             ch.notify()
         if self._syncing is not None:
             await asyncio.gather(self._syncing, return_exceptions=True)
@@ -298,96 +317,47 @@ class Wal:
         validate_name(name)
         if retention is not None and (retention.max_age_ms < 0 or retention.max_bytes < 0):
             raise InvalidArgument("retention bounds must be >= 0")
-        parsed = parse_replica_set(replica_set, self.config.node_id)
-        following = parsed is not None and parsed[0] == pb.REPLICA_ROLE_FOLLOWER
-        ch = self.channels.get(name)
-        outcome = decide_assign(ch.fence if ch else None, term)
-        if ch is not None:
-            if not following:
-                await self.ensure_verified(ch)
-            cut = decide_damaged_assign(
-                name, ch.damage, ch.bad_needs_salvage, following, accept_data_loss, outcome
+        rs = parse_replica_set(replica_set, self.config.node_id)
+        ch = self.channels.get(name) or self._new_channel(name)
+        policy = None if retention is None else (retention.max_age_ms, retention.max_bytes)
+        steps = ch.core.assign(term, rs, catch_up_from, min_next_offset, policy, accept_data_loss)
+        outcome = await self._unknown_gone(ch, steps)
+        self.replication.lead(ch)
+        if outcome is AssignOutcome.TAKE:
+            log.info(
+                "assigned",
+                extra={
+                    "pchannel": name,
+                    "term": term,
+                    "next_offset": ch.next_offset,
+                    "role": "follower" if rs is not None and not rs.leading else "leader",
+                },
             )
-            ch.recovering = False
-            if cut:
-                await self._cut_damage(ch, accept=not following)
-        if outcome is not AssignOutcome.TAKE:
-            assert ch is not None
-            if self.replication.configure(ch, replica_set):
-                self._tick(ch)
-            if retention is not None and ch is not None:
-                ch.meta = replace(
-                    ch.meta,
-                    retention_age_ms=retention.max_age_ms,
-                    retention_bytes=retention.max_bytes,
-                )
-                await asyncio.get_running_loop().run_in_executor(
-                    None, self.store.save_meta, name, ch.meta
-                )
-            return outcome
-        if ch is None:
-            ch = self._new_channel(name)
-        else:
-            # Until the new term is in place (awaits below), the old one is served by
-            # nobody here: not by a stale producer, and not by the idle TimeTick, which
-            # a follower-to-be would keep as a record its new leader cannot tell from
-            # its own (same term, same offset): a silently divergent replica. A failed
-            # take leaves it so: the coord has moved on from the old term.
-            ch.taking = term
-            role = ch.replica
-            self.replication.stop_role(ch, None)
-            await self.replication.settle(role)
-            await self._drain(ch)
-        if catch_up_from:
-            try:
-                await self._catch_up(ch, catch_up_from)
-            except StreamingError:
-                if not ch.meta.term:  # never assigned here: leave no trace of the attempt
-                    self.channels.pop(name, None)
-                raise
-        if ch.next_offset < min_next_offset and not following:  # never reuse offsets
-            log.warning(
-                "offset gap",
-                extra={"pchannel": name, "from": ch.next_offset, "to": min_next_offset},
-            )
-            ch.next_offset = ch.committed_next = min_next_offset
-        # A follower's history follows the records it copies; a leader's term starts here.
-        history = ch.meta.history if following else [*ch.meta.history, (term, ch.next_offset)]
-        meta = replace(ch.meta, term=term, assigned_term=term, serving=True, history=history)
-        if retention is not None:
-            meta = replace(
-                meta, retention_age_ms=retention.max_age_ms, retention_bytes=retention.max_bytes
-            )
-        await asyncio.get_running_loop().run_in_executor(None, self.store.save_meta, name, meta)
-        ch.meta = meta
-        ch.taking = 0  # the role below is set in the same step: no gap to serve in
-        if self.replication.configure(ch, replica_set):
-            self._tick(ch)
-        ch.notify()  # consumers under the old term see the fence move
-        log.info(
-            "assigned",
-            extra={
-                "pchannel": name,
-                "term": term,
-                "next_offset": ch.next_offset,
-                "role": "follower" if following else "leader",
-            },
-        )
         return outcome
 
-    def _new_channel(self, name: str, term: int = 0) -> Channel:
+    async def _unknown_gone(self, ch: Channel, steps: Steps) -> Any:
+        """Run an Assign's or a Fence's steps; a pchannel never assigned or fenced here
+        that fails leaves no trace of the attempt."""
+        try:
+            return await self.steps(ch, steps)
+        except StreamingError:
+            if not ch.core.known and self.channels.get(ch.name) is ch:
+                del self.channels[ch.name]
+            raise
+
+    def _new_channel(self, name: str) -> Channel:
         """A pchannel this node has no meta for yet, with the node's default retention."""
         meta = ChannelMeta(
-            term=term,
             retention_age_ms=self.config.default_retention_age_ms,
             retention_bytes=self.config.default_retention_bytes,
         )
-        return self._channel(name, meta)
+        return self._channel(name, meta, known=False)
 
-    def _tick(self, ch: Channel) -> None:
-        """A new leader's first record: committing it commits the older terms' records
-        below it (replication_rules.commit_offset), so do not wait for the idle tick."""
-        self.append(ch, ch.term, _TIME_TICK_BODY, 1, records.FLAG_TIME_TICK)
+    def _tick(self, ch: Channel, term: int) -> None:
+        """A time tick record; nobody waits for its answer (a failed one is just gone).
+        A new leader's first one commits the older terms' records below it
+        (replication_rules.commit_offset), so it does not wait for the idle tick."""
+        self.append(ch, term, _TIME_TICK_BODY, 1, records.FLAG_TIME_TICK)
 
     async def fence(self, name: str, term: int) -> tuple[int, int, int, str]:
         """Raise the accepted term of `name` to `term` (persisted; any lower role ends) and
@@ -399,35 +369,143 @@ class Wal:
         every offset it acknowledged, so no leader is chosen that lacks them.
         """
         validate_name(name)
-        if term < 1:
-            raise IgnoredOperation(f"term must be >= 1, got {term}")
+        ch = self.channels.get(name) or self._new_channel(name)
+        before = ch.term
+        report = await self._unknown_gone(ch, ch.core.fence_term(term))
+        if ch.term > before:
+            log.info("fenced", extra={"pchannel": name, "term": term})
+        return report
+
+    async def remove(self, name: str, term: int) -> None:
         ch = self.channels.get(name)
         if ch is None:
-            ch = self._new_channel(name, term)
-            await asyncio.get_running_loop().run_in_executor(
-                None, self.store.save_meta, name, ch.meta
-            )
-        elif term > ch.meta.term:
-            ch.meta = replace(ch.meta, term=term)
-            role = ch.replica
-            self.replication.stop_role(
-                ch, ChannelFenced(f"pchannel {name!r} was fenced at term {term}")
-            )
-            await self.replication.settle(role)
-            await asyncio.get_running_loop().run_in_executor(
-                None, self.store.save_meta, name, ch.meta
-            )
-            await self._drain(ch)
-            log.info("fenced", extra={"pchannel": name, "term": term})
-        await self.ensure_verified(ch)
-        damage = ch.damage
-        if damage:
-            acked = max(self.ledger.mark(name) or 0, ch.lost_until)
-            return ch.last_term, ch.committed_next, max(ch.known_commit, acked), damage
-        return ch.last_term, ch.committed_next, ch.known_commit, ""
+            decide_remove(None, name, term)  # raises: nothing to remove here
+        assert ch is not None
+        await self.steps(ch, ch.core.remove(term))
+        log.info("removed", extra={"pchannel": name, "term": ch.term})
 
-    async def _catch_up(self, ch: Channel, source: str) -> None:
-        """Copy the records this node lacks from `source`, cutting a divergent suffix first."""
+    def access(self, name: str, term: int) -> Channel:
+        """The pchannel if a Produce/Consume under `term` may use it; raises otherwise."""
+        ch = self.channels.get(name)
+        if ch is None or not ch.core.known:
+            check_access(None, name, term)  # raises: never assigned here
+        assert ch is not None
+        ch.core.access(term)
+        return ch
+
+    # -- the core's effects and steps ----------------------------------------------------
+
+    def effects(self, ch: Channel, effects: list[Effect], notify: bool = True) -> None:
+        """Apply what the core of `ch` asks for (`notify=False`: the caller notifies)."""
+        repl = self.replication
+        for effect in effects:
+            if isinstance(effect, MarkDurable):
+                self.ledger.advance(ch.ledger_slot, effect.end)
+            elif isinstance(effect, Notify):
+                if notify:
+                    ch.notify()
+            elif isinstance(effect, Answer):
+                repl.answer(effect.tokens)
+            elif isinstance(effect, Fail):
+                repl.answer(effect.tokens, effect.error)
+            elif isinstance(effect, StartFollowing):
+                repl.start_following(ch, effect.role)
+            elif isinstance(effect, StopFollowing):
+                repl.stop_following(ch, effect.role)
+            elif isinstance(effect, AppendTick):
+                self._tick(ch, effect.term)
+            else:
+                raise AssertionError(f"a step outside a step runner: {effect!r}")
+
+    async def steps(self, ch: Channel, steps: Steps) -> Any:
+        """Run a core input's steps (core.drive): each one's I/O here."""
+        return await drive(steps, lambda step: self._step(ch, step))
+
+    async def _step(self, ch: Channel, step: Effect) -> Any:
+        loop = asyncio.get_running_loop()
+        name = ch.name
+        if isinstance(step, PersistMeta):
+            await loop.run_in_executor(None, self.store.save_meta, name, step.meta)
+        elif isinstance(step, Drain):
+            while not ch.core.drained and not self._closing:
+                await ch.wait_changed(0.05)
+        elif isinstance(step, Verify):
+            await self.ensure_verified(ch)  # what it finds, it reports (report_bad_record)
+        elif isinstance(step, Truncate):
+            return await self._truncate(ch, step)
+        elif isinstance(step, Store):
+            await self._store(ch, step)
+        elif isinstance(step, CatchUp):
+            return await self._catch_up(ch, step.source)
+        elif isinstance(step, StopFollowing):
+            self.replication.stop_following(ch, step.role)
+            await self.replication.settle(ch)
+        else:
+            self.effects(ch, [step])
+        return None
+
+    async def _truncate(self, ch: Channel, step: Truncate) -> tuple[int, int]:
+        """Cut the log from `step.offset`: a divergent suffix (records from an unclean
+        failover's loser, which lowers the acknowledged mark first, so a crash in between
+        cannot look like a loss), or a damaged one (the mark stays, and the pchannel stays
+        damaged until its records are copied back up to it)."""
+        offset = step.offset
+        if step.divergent:
+            self.ledger.lower(ch.ledger_slot, offset)
+            if offset < ch.known_commit:
+                log.error(
+                    "cutting below the commit offset (unclean failover)",
+                    extra={"pchannel": ch.name, "from": offset},
+                )
+        dropped = await asyncio.get_running_loop().run_in_executor(
+            None, self.store.truncate_from, ch.name, offset, lambda w: window_below(w, offset)
+        )
+        log.warning(
+            "truncated divergent suffix" if step.divergent else "dropped damaged suffix",
+            extra={"pchannel": ch.name, "from": offset, "to": ch.next_offset, "bytes": dropped},
+        )
+        ch.drop_cache_after(offset)
+        return dropped, self.store.tail(ch.name).last_term
+
+    async def _store(self, ch: Channel, step: Store) -> None:
+        """Write copied records with their meta, windows, size and commit, synced, in a
+        worker thread. If the write fails the core goes back to what the store holds
+        (core.unstore) -- also when nobody waits for the write any more (a fenced
+        follower's stream): otherwise its log end would claim records the disk lacks and
+        the next copy would leave a hole there (found by the simulator)."""
+        store, name = self.store, ch.name
+        wb = store.new_batch()
+        for base, value in step.records:
+            store.put_record(wb, name, base, value)
+        store.put_meta(wb, name, step.meta)
+        for pid, window in step.windows:
+            store.put_producer(wb, name, pid, window)
+        store.put_size(wb, name, ch.size_bytes)
+        if step.commit is not None:
+            store.put_commit(wb, name, step.commit)
+        write = asyncio.get_running_loop().run_in_executor(None, store.write_synced, wb)
+        staged = step.staged
+
+        def done(f: asyncio.Future) -> None:
+            if f.cancelled() or f.exception() is None or staged is None:
+                return
+            log.error(
+                "write of copied records failed: the log goes back to what is durable",
+                extra={"pchannel": name, "error": repr(f.exception())},
+            )
+            ch.core.unstore(staged)
+            ch.drop_cache_after(ch.committed_next)
+            ch.notify()
+
+        write.add_done_callback(done)
+        self.replication.wrote(ch, write)
+        await asyncio.shield(write)
+        for base, value in step.records:
+            ch.cache(base, value)
+
+    async def _catch_up(self, ch: Channel, source: str) -> StreamingError | None:
+        """Copy the records this node lacks from `source`, cutting a divergent suffix
+        first; returns the error that stopped it, if any."""
         started = time.perf_counter()
         try:
             stream = peer.fetch(source, ch.name, ch.next_offset)
@@ -436,14 +514,14 @@ class Wal:
             cut = log_divergence(ch.meta.history, ch.next_offset, history, first.log_end)
             if cut is not None:
                 await stream.aclose()
-                await self.truncate_suffix(ch, cut)
+                await self.steps(ch, ch.core.truncate(cut))
                 stream = peer.fetch(source, ch.name, ch.next_offset)
                 await anext(stream)
-            copied = await self._copy(ch, stream, source)
+            copied = await self._copy(ch, stream)
         except (StreamingError, StopAsyncIteration) as err:
             # A source that lost acknowledged records is a loss here too, not a failure.
             cls = DataLoss if isinstance(err, DataLoss) else Inner
-            raise cls(f"cannot catch up {ch.name!r} from {source}: {err}") from None
+            return cls(f"cannot catch up {ch.name!r} from {source}: {err}")
         log.info(
             "caught up",
             extra={
@@ -454,107 +532,23 @@ class Wal:
                 "seconds": round(time.perf_counter() - started, 3),
             },
         )
+        return None
 
-    async def _copy(self, ch: Channel, stream, source: str) -> int:
-        """Write every fetched record verbatim (checksum verified), in synced chunks."""
-        copied, wb, pending = 0, self.store.new_batch(), 0
+    async def _copy(self, ch: Channel, stream) -> int:
+        """Store every fetched record verbatim (checksum verified), in synced chunks."""
+        copied, got, pending = 0, [], 0
         async for resp in stream:
-            where = f"{ch.name}@{resp.base_offset} from {source}"
-            copied += self.apply_copied(ch, wb, resp.base_offset, resp.record, where)
+            got.append((resp.base_offset, resp.record))
+            copied += records.peek(resp.record)[2]
             pending += len(resp.record)
-            if pending >= 8 * 1024 * 1024:
-                self.store.put_size(wb, ch.name, ch.size_bytes)
-                await self.write_copied(ch, wb)
-                self.mark_durable(ch)
-                wb, pending = self.store.new_batch(), 0
-        self.store.put_size(wb, ch.name, ch.size_bytes)
-        await self.write_copied(ch, wb)
-        self.mark_durable(ch)
+            if pending >= COPY_BYTES:
+                await self.steps(ch, ch.core.store(got))
+                got, pending = [], 0
+        if got:
+            await self.steps(ch, ch.core.store(got))
         return copied
 
-    def write_copied(self, ch: Channel, wb) -> asyncio.Future:
-        """Write copied records (applied to `ch` already), synced, in a worker thread. If
-        the write fails, `ch` goes back to what the store holds -- also when nobody waits
-        for the write any more (a fenced follower's stream): otherwise its log end would
-        claim records the disk lacks and the next copy would leave a hole there (found by
-        the simulator, streamwal.testing.sim)."""
-        write = asyncio.get_running_loop().run_in_executor(None, self.store.write_synced, wb)
-
-        def done(f: asyncio.Future) -> None:
-            if not f.cancelled() and f.exception() is not None:
-                self.rewind_to_store(ch, f.exception())
-
-        write.add_done_callback(done)
-        return write
-
-    def rewind_to_store(self, ch: Channel, error: BaseException | None) -> None:
-        """`ch`'s log end, size, last term and history as the store holds them (its term
-        stays: a fence may have raised it meanwhile, and terms never go back)."""
-        tail = self.store.tail(ch.name)
-        stored = self.store.load_meta(ch.name)
-        history = list(stored.history) if stored is not None else []
-        end = max([tail.next_offset, *(first for _, first in history)])
-        log.error(
-            "write of copied records failed: the log goes back to what is durable",
-            extra={"pchannel": ch.name, "from": ch.committed_next, "to": end, "error": repr(error)},
-        )
-        ch.meta = replace(ch.meta, history=history)
-        ch.next_offset = ch.committed_next = end
-        ch.first_offset = tail.first_offset
-        ch.size_bytes = tail.size_bytes
-        ch.last_term = tail.last_term
-        if ch.commit is not None:
-            ch.commit = min(ch.commit, end)
-        ch.drop_cache_after(end)
-        ch.producer_states.clear()
-        ch.notify()
-
-    def apply_copied(self, ch: Channel, wb, base: int, value: bytes, where: str) -> int:
-        """Add a record copied from another node to `wb`, with the producer window and the
-        term history the core derives from it (catch-up and replication share this);
-        returns its message count."""
-        history = ch.meta.history
-        count, window = ch.core.copy(base, value, where)
-        self.store.put_record(wb, ch.name, base, value)
-        if ch.meta.history is not history:
-            self.store.put_meta(wb, ch.name, ch.meta)
-        if window is not None:
-            self.store.put_producer(wb, ch.name, *window)
-        ch.cache(base, value)
-        return count
-
-    async def truncate_suffix(self, ch: Channel, offset: int, divergent: bool = True) -> None:
-        """Cut this node's log from `offset`: a divergent suffix (records from an unclean
-        failover's loser, which lowers the acknowledged mark first, so a crash in between
-        cannot look like a loss), or a damaged one (`divergent=False`: the mark stays, and
-        the pchannel stays damaged until its records are copied back up to it)."""
-        loop = asyncio.get_running_loop()
-        if divergent:
-            self.ledger.lower(ch.ledger_slot, offset)
-        dropped = await loop.run_in_executor(
-            None, self.store.truncate_from, ch.name, offset, lambda w: window_below(w, offset)
-        )
-        ch.meta = replace(ch.meta, history=cut_history(ch.meta.history, offset))
-        await loop.run_in_executor(None, self.store.save_meta, ch.name, ch.meta)
-        log.warning(
-            "truncated divergent suffix" if divergent else "dropped damaged suffix",
-            extra={"pchannel": ch.name, "from": offset, "to": ch.next_offset, "bytes": dropped},
-        )
-        ch.next_offset = ch.committed_next = offset
-        if ch.commit is not None:
-            ch.commit = min(ch.commit, offset)
-        ch.size_bytes = max(0, ch.size_bytes - dropped)
-        ch.drop_cache_after(offset)
-        ch.producer_states.clear()
-        tail = self.store.tail(ch.name)
-        ch.last_term = tail.last_term
-
     # -- corruption ----------------------------------------------------------------------
-
-    def mark_durable(self, ch: Channel) -> None:
-        """Record in the ledger that `ch`'s log is durable up to its end (before the end is
-        acknowledged to anyone: a producer, a leader, a catching-up node)."""
-        self.ledger.advance(ch.ledger_slot, ch.committed_next)
 
     async def ensure_verified(self, ch: Channel, urgent: bool = True) -> None:
         """Verify what earlier processes wrote of `ch`'s log before this node leads it or
@@ -624,23 +618,20 @@ class Wal:
         """A record of `ch`'s log at `offset` cannot be read back as written. The pchannel
         is served by nobody here from now on. A leader's role ends (the coord sees the
         damage in CollectStatus and moves it); a follower copies the suffix again from
-        its leader, unless RocksDB itself found the damage (`store_corrupt`): that block
-        cannot be dropped in place, so the store is marked for salvage at the next
-        start-up (salvage.py) and the follower keeps storing new records meanwhile."""
-        if ch.bad_from is not None and ch.bad_from <= offset:
-            return
-        ch.bad_from, ch.bad_reason = offset, reason
-        ch.bad_needs_salvage = ch.bad_needs_salvage or store_corrupt
+        its leader (core.rebuild), unless RocksDB itself found the damage
+        (`store_corrupt`): that block cannot be dropped in place, so the store is marked
+        for salvage at the next start-up (salvage.py) and the follower keeps storing new
+        records meanwhile."""
+        effects = ch.core.found_damage(offset, reason, store_corrupt)
+        if not effects:
+            return  # known already
         if store_corrupt:
             salvage.mark_needed(self.store.path, f"{ch.name}@{offset}: {reason}")
         self._found_damage(ch, found_by)
-        role = ch.replica
-        if isinstance(role, LeaderRole):
-            self.replication.stop_role(
-                ch, DataLoss(f"pchannel {ch.name!r} lost acknowledged records: {ch.damage}")
-            )
-        elif role is not None and not ch.bad_needs_salvage and not self._closing:
-            task = asyncio.get_running_loop().create_task(self._rebuild(ch), name="rebuild")
+        self.effects(ch, effects)
+        if isinstance(ch.core.role, Following) and not ch.core.needs_salvage and not self._closing:
+            rebuild = self.steps(ch, ch.core.rebuild())
+            task = asyncio.get_running_loop().create_task(rebuild, name="rebuild")
             self._tasks.append(task)
 
     def _found_damage(self, ch: Channel, found_by: str) -> None:
@@ -650,35 +641,6 @@ class Wal:
             extra={"pchannel": ch.name, "damage": ch.damage, "found_by": found_by},
         )
         ch.notify()
-
-    async def _rebuild(self, ch: Channel) -> None:
-        """A follower found its log damaged: drop the damaged suffix and follow again."""
-        role = ch.replica
-        if role is None or isinstance(role, LeaderRole):
-            return
-        self.replication.stop_role(ch, None)
-        await self.replication.settle(role)
-        await self._drain(ch)
-        await self._cut_damage(ch, accept=False)
-        if ch.replica is None and ch.meta.term == role.term:
-            self.replication.follow_again(ch, role)
-
-    async def _cut_damage(self, ch: Channel, accept: bool) -> None:
-        """Drop the unreadable suffix of `ch`'s log, keeping its acknowledged mark: the
-        pchannel stays damaged until its records are copied back up to the mark (a
-        follower), unless the loss is accepted: then the log continues above every offset
-        this node ever acknowledged (the new term's start, persisted by the caller)."""
-        if ch.bad_from is not None:
-            cut = max(ch.bad_from, ch.first_offset)
-            ch.lost_until = max(ch.lost_until, self.ledger.mark(ch.name) or 0)
-            await self.truncate_suffix(ch, cut, divergent=False)
-            ch.bad_from, ch.bad_reason = None, ""
-        if accept and ch.committed_next < ch.lost_until:
-            log.warning(
-                "data loss accepted",
-                extra={"pchannel": ch.name, "lost": [ch.committed_next, ch.lost_until - 1]},
-            )
-            ch.next_offset = ch.committed_next = ch.lost_until
 
     async def _ledger_loop(self) -> None:
         """The ledger's marks reach the disk every LEDGER_SYNC_S. Under async durability
@@ -697,34 +659,12 @@ class Wal:
                 continue
             for ch, end in ends:
                 self.ledger.advance(ch.ledger_slot, end)
+                ch.core.durable(end)
 
     def _sync_durable(self) -> None:
         if not self.store.sync:
             self.store.sync_wal()
         self.ledger.sync()
-
-    async def remove(self, name: str, term: int) -> None:
-        ch = self.channels.get(name)
-        decide_remove(ch.fence if ch else None, name, term)
-        assert ch is not None
-        ch.meta = replace(ch.meta, serving=False)
-        self.replication.stop_role(ch, None)
-        ch.notify()
-        await self._drain(ch)
-        await asyncio.get_running_loop().run_in_executor(None, self.store.save_meta, name, ch.meta)
-        log.info("removed", extra={"pchannel": name, "term": ch.meta.term})
-
-    def access(self, name: str, term: int) -> Channel:
-        """The pchannel if a Produce/Consume under `term` may use it; raises otherwise."""
-        ch = self.channels.get(name)
-        check_access(ch.fence if ch else None, name, term)
-        assert ch is not None
-        return ch
-
-    async def _drain(self, ch: Channel) -> None:
-        """Wait until everything accepted for `ch` is durable (or failed)."""
-        while ch.committed_next < ch.next_offset and not self._closing:
-            await ch.wait_changed(0.05)
 
     # -- append ------------------------------------------------------------------------
 
@@ -750,7 +690,6 @@ class Wal:
         """
         if self._closing:
             raise Inner("node is shutting down")
-        check_access(ch.fence, ch.name, term)
         got = ch.core.append(term, count, _now_ms(), flags, producer, barrier_time_tick)
         if isinstance(got, Resend):
             raise Resent(got.result, ch.inflight.get(producer) if got.in_flight else None)
@@ -831,11 +770,12 @@ class Wal:
                 end = item.base + item.count
                 # Before the answer: the mark covers every acknowledged offset (sync: the
                 # core's MarkDurable), the ceiling every one a power loss may take (async).
-                self._effects(
+                self.effects(
                     ch,
                     ch.core.written(
                         item.base, item.count, len(item.value), item.term, item.producer, durable
                     ),
+                    notify=False,
                 )
                 if not durable:
                     self._reserve(ch, end)
@@ -855,17 +795,7 @@ class Wal:
                 if not item.future.done():
                     item.future.set_result(None)
         for ch in touched.values():
-            if isinstance(ch.replica, LeaderRole):
-                self.replication.advance(ch)
             ch.notify()
-
-    def _effects(self, ch: Channel, effects: list[Effect]) -> None:
-        """Apply what the core of `ch` asks for (a Notify waits for the caller's one)."""
-        for effect in effects:
-            if isinstance(effect, MarkDurable):
-                self.ledger.advance(ch.ledger_slot, effect.end)
-            elif not isinstance(effect, Notify):
-                raise AssertionError(f"an effect the Wal does not apply here: {effect!r}")
 
     def unhealthy(self, ch: Channel) -> str:
         """Why this node cannot serve `ch` well now ("": it can): CollectStatus says so,
@@ -905,8 +835,7 @@ class Wal:
         for ch, lost in touched.values():
             # Forget what never became durable (the resend is appended for real) and hand
             # the lost offsets out again.
-            self._effects(ch, ch.core.write_failed(lost))
-            ch.notify()
+            self.effects(ch, ch.core.write_failed(lost))
 
     def _channel_states(self) -> list[ChannelState]:
         return [
