@@ -1,10 +1,11 @@
-"""One pchannel served by this node: its fence, offsets, clock, and the waiters on new data.
+"""One pchannel served by this node: its core (core.py) and the waiters on new data.
 
 Offsets and ticks are handed out when an append is accepted (so concurrent producers are
 ordered by arrival); they become visible to consumers only when the group commit that
 holds them is durable (`committed_next`). Every record for a pchannel is written by the
 single group committer in offset order, so `committed_next` only moves forward. A
 replicated pchannel shows consumers only what is below its commit offset (`visible_next`).
+The core decides all of it; this keeps what only a process has.
 """
 
 from __future__ import annotations
@@ -12,27 +13,21 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
-from collections import OrderedDict
+import operator
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 from streamwal.node.channel_meta import ChannelMeta, Tail
 from streamwal.node.core import PChannelCore
-from streamwal.node.producers import ProducerState
 
 # Recently committed records kept in memory so tailing consumers skip RocksDB.
 TAIL_CACHE_BYTES = 16 * 1024 * 1024
 
 
-class _Core:
+def _core(name: str) -> Any:
     """A field the pchannel's core owns, read through the Channel (read only: only the
-    core's inputs change it)."""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    def __get__(self, obj: Channel, owner: type | None = None) -> Any:
-        return getattr(obj.core, self.name)
+    core's inputs change it; a C-level getter, several are read per append)."""
+    return property(operator.attrgetter(f"core.{name}"))
 
 
 class Channel:
@@ -41,20 +36,18 @@ class Channel:
     cache, the futures of batches in flight, the ledger slot, the verification's
     progress and the connection counts."""
 
-    meta = _Core()
-    recovering = _Core()
-    first_offset = _Core()
-    next_offset = _Core()
-    committed_next = _Core()
-    size_bytes = _Core()
-    last_term = _Core()
-    commit = _Core()  # None: one replica, everything durable is committed
-    damage = _Core()  # why the log here may lack acknowledged records ("": whole)
-    fence = _Core()
-    visible_next = _Core()  # consumers see offsets below this
-    known_commit = _Core()
-    term = _Core()
-    clock = _Core()
+    meta = _core("meta")
+    first_offset = _core("first_offset")
+    next_offset = _core("next_offset")
+    committed_next = _core("committed_next")
+    size_bytes = _core("size_bytes")
+    commit = _core("commit")  # None: one replica, everything durable is committed
+    damage = _core("damage")  # why the log here may lack acknowledged records ("": whole)
+    fence = _core("fence")
+    visible_next = _core("visible_next")  # consumers see offsets below this
+    known_commit = _core("known_commit")
+    term = _core("term")
+    producer_states = _core("producers")  # idempotent producers' windows, least recent first
 
     def __init__(
         self,
@@ -84,15 +77,6 @@ class Channel:
         # Async durability: every offset acknowledged is below this (ack_ledger.py).
         self.ceiling = 0
         self.verify_urgent = False  # someone waits for the verification: no pauses
-
-    @property
-    def producer_states(self) -> OrderedDict[str, ProducerState]:
-        """Idempotent producers' windows (least recently used first)."""
-        return self.core.producers
-
-    def producers_in_flight(self) -> set[str]:
-        """Idempotent producers with a batch accepted but not yet durable."""
-        return {producer_id for producer_id, _ in self.core.in_flight}
 
     def cache(self, base: int, value: bytes) -> None:
         """A durable record, kept for tailing consumers."""

@@ -15,7 +15,8 @@ Inputs: `access` (may a client use term T?), `append` (allocate offsets and tick
 meta -- and get each step's outcome back), `open_stream` / `acked` (a follower of this
 leader connects, acknowledges), `apply` (a follower's entries from its leader, also a
 generator), `store` / `copy` (records copied from elsewhere), `wait_commit`, `idle`,
-`retained` (retention cut the front), `durable` (the ledger's periodic sync), `skip` (an
+`retained` (retention cut the front), `evict_idle` / `forget_cut` (producer windows
+leave memory, or go with a retention cut), `durable` (the ledger's periodic sync), `skip` (an
 unclean stop under async durability), `found_damage` / `rebuild`.
 
 `drive` runs an input's steps against a driver's I/O: the node's `Wal` (node/wal.py) and
@@ -61,7 +62,14 @@ from streamwal.node.fencing import (
     decide_assign,
     decide_remove,
 )
-from streamwal.node.producers import BatchResult, Duplicate, ProducerState, check_sequence
+from streamwal.node.producers import (
+    BatchResult,
+    Duplicate,
+    ProducerState,
+    check_sequence,
+    cut_producers,
+    idle_producers,
+)
 from streamwal.proto import streaming_pb2 as pb
 
 # ----------------------------------------------------------------- roles
@@ -164,6 +172,9 @@ class AppendTick:
 @dataclass(frozen=True)
 class Notify:
     """Wake consumers and streams waiting on the pchannel (data or fence moved)."""
+
+
+_NOTIFY = Notify()
 
 
 @dataclass(frozen=True)
@@ -508,6 +519,23 @@ class PChannelCore:
         self.size_bytes -= freed
         self.check()
 
+    def evict_idle(self, now_ms: int, idle_ms: int) -> None:
+        """Idle producers' windows leave memory (they stay persisted, read again if the
+        producer comes back): a producer per Spark task would grow the node unbounded."""
+        busy = {pid for pid, _ in self.in_flight}
+        for pid in idle_producers(self.producers, now_ms / 1000, idle_ms / 1000, busy):
+            del self.producers[pid]
+
+    def forget_cut(self, window_ends: Iterable[tuple[str, int]], keep_from: int) -> list[str]:
+        """Retention cuts the log below `keep_from`: the producers every batch of whose
+        persisted window (`window_ends`) goes with it are forgotten; returns them, for the
+        cut's write to drop their windows in the same batch."""
+        busy = {pid for pid, _ in self.in_flight}
+        forget = cut_producers(window_ends, keep_from, self.producers, busy)
+        for pid in forget:
+            self.producers.pop(pid, None)
+        return forget
+
     def window(self, producer_id: str, now_ms: int) -> ProducerState:
         """A producer's window, read from the store the first time (least recent first)."""
         state = self.producers.get(producer_id)
@@ -546,8 +574,9 @@ class PChannelCore:
         if ledger:
             self.ledger_mark = max(self.ledger_mark, self.committed_next)
             out.append(MarkDurable(self.committed_next))
-        out.extend(self.advance())
-        out.append(Notify())
+        if self.role is not None:
+            out.extend(self.advance())
+        out.append(_NOTIFY)
         self.check()
         return out
 

@@ -1,9 +1,13 @@
 """The node's write-ahead log: pchannels over one LogStore, fenced by terms.
 
-Owns the per-pchannel state (channel.py), the group committer and two housekeeping
-tasks: idle time ticks (so time-tick consumers progress on quiet pchannels) and
-retention. All methods run on the event loop; RocksDB writes happen in a worker thread
-inside the group committer; reads are short and bounded.
+The driver of the pchannels' pure cores (core.py, node/README.md): every decision about a
+pchannel is its core's; this feeds the inputs, answers the steps (`steps`) and applies
+the effects (`effects`) through the LogStore, the group committer, the acknowledged-offset
+ledger and the replication streams (replication.py). Also owns the housekeeping tasks:
+idle time ticks (so time-tick consumers progress on quiet pchannels), retention, the
+ledger's sync and the verification of what earlier processes wrote. All methods run on
+the event loop; RocksDB writes happen in a worker thread inside the group committer;
+reads are short and bounded.
 """
 
 from __future__ import annotations
@@ -62,8 +66,6 @@ from streamwal.node.log_store import LogStore, StoreCorruption, StoreUnwritable,
 from streamwal.node.metrics import ChannelState, NodeMetrics
 from streamwal.node.producers import (
     BatchResult,
-    cut_producers,
-    idle_producers,
     window_below,
     window_end,
 )
@@ -716,13 +718,7 @@ class Wal:
     def evict_idle_producers(self, ch: Channel) -> None:
         """Drop idle producers' state from memory; a producer per Spark task or batch
         would otherwise grow a long-lived node without bound."""
-        for producer_id in idle_producers(
-            ch.producer_states,
-            time.time(),
-            self.config.producer_idle_s,
-            ch.producers_in_flight(),
-        ):
-            del ch.producer_states[producer_id]
+        ch.core.evict_idle(_now_ms(), int(self.config.producer_idle_s * 1000))
 
     def last_sequence(self, ch: Channel, producer_id: str) -> int:
         return ch.core.window(producer_id, _now_ms()).accepted
@@ -937,9 +933,7 @@ class Wal:
         )
         # Chosen and submitted in one step: an append from a chosen producer can only
         # come later, and its window is then written after the cut's delete.
-        forget = cut_producers(window_ends, keep_from, ch.producer_states, ch.producers_in_flight())
-        for producer_id in forget:
-            ch.producer_states.pop(producer_id, None)
+        forget = ch.core.forget_cut(window_ends, keep_from)
         future = loop.create_future()
         self._committer.submit(_Truncate(ch, keep_from, freed, future, forget))
         await future
