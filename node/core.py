@@ -500,11 +500,15 @@ class PChannelCore:
         self.check()
         return Accepted(base, first_tick)
 
-    def skip(self, end: int, now_ms: int) -> tuple[int, Accepted]:
-        """One internal record covering the offsets up to `end` (async durability: an
-        unclean stop may have lost offsets it acknowledged, which are never handed out
-        again, and the log stays dense); returns its term and offsets. Written before the
-        pchannel serves, then reported as `written`."""
+    def skip(self, end: int, now_ms: int) -> tuple[int, Accepted] | None:
+        """Async durability: every offset acknowledged is below `end` (the ledger's
+        ceiling), and an unclean stop may have lost some of them. One internal record
+        covers the offsets up to `end`, so they are never handed out again and the log
+        stays dense; returns its term and offsets (None: no skip is due -- the log
+        reaches `end`, the pchannel is replicated, or its log is damaged). Written
+        before the pchannel serves, then reported as `written`."""
+        if end <= self.committed_next or self.commit is not None or self.damage:
+            return None
         self._now_ms = now_ms
         term = self.last_term or (self.meta.history[-1][0] if self.meta.history else 0)
         base = self.next_offset

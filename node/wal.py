@@ -231,8 +231,7 @@ class Wal:
         if ch.core.lost_until:  # the log ends below what the ledger says was acknowledged
             self._found_damage(ch, "ledger")
         ch.ceiling = self.ledger.ceiling(name)
-        if ch.ceiling > ch.committed_next and ch.commit is None and not ch.damage:
-            self._skip_to_ceiling(ch)
+        self._skip_to_ceiling(ch)
         return ch
 
     def _skip_to_ceiling(self, ch: Channel) -> None:
@@ -240,7 +239,10 @@ class Wal:
         acknowledged (a power loss takes the last second by design): one internal record
         covers everything up to the ceiling, so those offsets are never handed out again,
         and the log stays dense. Written before the node serves."""
-        term, got = ch.core.skip(ch.ceiling, _now_ms())
+        skip = ch.core.skip(ch.ceiling, _now_ms())
+        if skip is None:
+            return
+        term, got = skip
         end, count = got.base, ch.ceiling - got.base
         flags = records.FLAG_SKIP | records.FLAG_SHARED_TICK
         value = records.encode(term, got.first_tick, count, b"", flags)
