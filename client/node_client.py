@@ -19,7 +19,7 @@ from grpc import aio
 from streamwal.client.consumed import ConsumedBatch, ConsumedMessage
 from streamwal.client.node_streams import open_stream
 from streamwal.client.policy import DeliverPolicy
-from streamwal.client.producer import AppendResult, Producer
+from streamwal.client.producer import Appended, Producer
 from streamwal.errors import StreamingError, Unavailable
 from streamwal.grpc_errors import from_rpc_error
 from streamwal.ids import decode_offset, encode_offset
@@ -49,6 +49,15 @@ def replica_set(
     if leader_node is not None:
         rs.leader.server_id, rs.leader.address = leader_node
     return rs
+
+
+class GroupBatch(list):
+    """What a group consume got (a list of ConsumedMessage); `redelivered`: they had
+    gone to a consumer that left without committing them."""
+
+    def __init__(self, messages: list[ConsumedMessage], redelivered: bool = False) -> None:
+        super().__init__(messages)
+        self.redelivered = redelivered
 
 
 class NodeClient:
@@ -201,8 +210,17 @@ class NodeClient:
         )
 
     async def group_consume(
-        self, pchannel: str, term: int, group: str, n: int, *, consumer_id: str = "", claim: int = 0
-    ) -> list[ConsumedMessage]:
+        self,
+        pchannel: str,
+        term: int,
+        group: str,
+        n: int,
+        *,
+        consumer_id: str = "",
+        claim: int = 0,
+        at_least_once: bool = False,
+        session_timeout: float = 0.0,
+    ) -> GroupBatch:
         """Up to `n` messages after the group's cursor, which the node advances past them
         before answering: concurrent consumers of a group never get the same message.
         Empty when the group has read everything. TimeTick messages are left out; a
@@ -211,6 +229,9 @@ class NodeClient:
         Without a `consumer_id` a call whose answer is lost loses its messages (at most
         once). With one, number each new call (`claim`) and repeat the number when
         retrying: the node answers a repeated claim with the same messages again.
+        `at_least_once` (needs `consumer_id`): the messages stay pending on this consumer
+        until `group_commit`; if it is silent for `session_timeout` seconds (0: the
+        node's 10 s) they go to the group's next consumes (`redelivered` is then True).
         """
         resp = await self._unary(
             _GROUPS + "GroupConsume",
@@ -220,10 +241,52 @@ class NodeClient:
                 max_messages=n,
                 consumer_id=consumer_id,
                 claim=claim,
+                at_least_once=at_least_once,
+                session_timeout_ms=round(session_timeout * 1000),
             ),
             gpb.GroupConsumeResponse,
         )
-        return [m for b in resp.batches for m in ConsumedBatch(b)]
+        return GroupBatch([m for b in resp.batches for m in ConsumedBatch(b)], resp.redelivered)
+
+    async def group_commit(
+        self,
+        pchannel: str,
+        term: int,
+        group: str,
+        consumer_id: str,
+        offset: int | None,
+        *,
+        leave: bool = False,
+        session_timeout: float = 0.0,
+    ) -> int:
+        """Settle every message `consumer_id` got up to `offset` (inclusive; None: none);
+        `leave`: its other uncommitted messages go to the group's other consumers.
+        Returns the group's committed offset."""
+        resp = await self._unary(
+            _GROUPS + "GroupCommit",
+            gpb.GroupCommitRequest(
+                pchannel=_info(pchannel, term),
+                group=group,
+                consumer_id=consumer_id,
+                offset=offset,
+                leave=leave,
+                session_timeout_ms=round(session_timeout * 1000),
+            ),
+            gpb.GroupCommitResponse,
+        )
+        return resp.committed
+
+    async def describe_consumer_groups(
+        self, pchannel: str, term: int, groups: Sequence[str] = ()
+    ) -> list[gpb.ConsumerGroupDescription]:
+        """Each group's cursor, committed offset, end, lag and members (all groups when
+        none is named)."""
+        resp = await self._unary(
+            _GROUPS + "DescribeConsumerGroups",
+            gpb.DescribeConsumerGroupsRequest(pchannel=_info(pchannel, term), groups=groups),
+            gpb.DescribeConsumerGroupsResponse,
+        )
+        return list(resp.groups)
 
     async def group_seek(
         self, pchannel: str, term: int, group: str, message_id: int | pb.MessageID
@@ -434,7 +497,7 @@ class Consumer:
 
 
 __all__ = [
-    "AppendResult",
+    "Appended",
     "ConsumedMessage",
     "Consumer",
     "NodeClient",

@@ -85,6 +85,8 @@ METHODS: Mapping[str, Method] = {
     f"{_GROUPS}DestroyConsumerGroup": Method(Action.CONSUME, "pchannel.name"),
     f"{_GROUPS}GroupConsume": Method(Action.CONSUME, "pchannel.name"),
     f"{_GROUPS}GroupSeek": Method(Action.CONSUME, "pchannel.name"),
+    f"{_GROUPS}GroupCommit": Method(Action.CONSUME, "pchannel.name"),
+    f"{_GROUPS}DescribeConsumerGroups": Method(Action.CONSUME, "pchannel.name"),
     f"{_NODE}ManagerService/Assign": Method(Action.CLUSTER),
     f"{_NODE}ManagerService/Remove": Method(Action.CLUSTER),
     f"{_NODE}ManagerService/CollectStatus": Method(Action.DISCOVER),

@@ -86,16 +86,19 @@ class NodeLinks:
         min_next_offset: int = 0,
         replica_set: pb.ReplicaSet | None = None,
         accept_data_loss: bool = False,
+        retention: pb.RetentionPolicy | None = None,
     ) -> None:
         """Assign `name` at `term`; the node first copies what it lacks from `catch_up_from`.
 
-        With `replica_set` the node leads or follows under `term` (replication)."""
+        With `replica_set` the node leads or follows under `term` (replication); with
+        `retention` it applies that policy (else it keeps the pchannel's current one)."""
         request = pb.StreamingNodeManagerAssignRequest(
             pchannel=pb.PChannelInfo(name=name, term=term),
             catch_up_from=catch_up_from,
             min_next_offset=min_next_offset,
             replica_set=replica_set,
             accept_data_loss=accept_data_loss,
+            retention=retention,
         )
         await self._call(address, "Assign", request, timeout)
 

@@ -109,6 +109,9 @@ class ChannelService(cpbg.StreamingCoordChannelServiceServicer):
             request.num_channels,
             request.prefix,
             request.replicas,
+            request.allow_data_loss,
+            list(request.names),
+            request.retention if request.HasField("retention") else None,
         )
         return cpb.CreateChannelsResponse(channel_names=names)
 

@@ -310,6 +310,9 @@ class NodeService:
                     consumers=ch.consumers,
                     data_loss=ch.damage,
                     unhealthy=self.wal.unhealthy(ch),
+                    retention=pb.RetentionPolicy(
+                        max_age_ms=ch.meta.retention_age_ms, max_bytes=ch.meta.retention_bytes
+                    ),
                 )
                 self.wal.replication.status(ch, status)
                 resp.channels.append(status)
@@ -435,6 +438,7 @@ class NodeService:
         consumer_id: int,
     ) -> StreamingError | None:
         lag = self.wal.metrics.consumer_lag.labels(ch.name)
+        delivered = self.wal.metrics.delivered(ch.name)
         batched = options.batched
         skip_ticks = options.skip_time_ticks
         end = options.end_offset if options.HasField("end_offset") else None
@@ -472,6 +476,8 @@ class NodeService:
                 position = base + rec.count
                 if piece is None or (skip_ticks and rec.flags & records.FLAG_TIME_TICK):
                     continue
+                if not rec.flags & records.FLAG_TIME_TICK:
+                    delivered[0] += piece.count
                 if not batched:
                     for frame in delivery.message_frames(piece, rec.term):
                         await context.write(frame)

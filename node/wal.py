@@ -864,9 +864,7 @@ class Wal:
                 # writes in flight drain, and its report must name the last record's term
                 # (found by the simulator: the raised term made a stale log look newest).
                 ch.last_term = item.term
-                totals = m.appended(ch.name)
-                totals[0] += item.count
-                totals[1] += len(item.value)
+                m.count_append(ch.name, item.count, item.value)
                 m.append_latency.observe(now - item.accepted_at)
                 if item.producer is not None:
                     ch.inflight.pop(item.producer, None)
@@ -938,6 +936,8 @@ class Wal:
                 ch.known_commit,
                 len(ch.producer_states),
                 int(bool(ch.damage)),
+                ch.meta.retention_age_ms / 1000,
+                ch.meta.retention_bytes,
             )
             for ch in list(self.channels.values())
         ]

@@ -44,6 +44,7 @@ class LocalCluster:
         node_args: tuple[str, ...] = (),
         node_env: dict[str, str] | None = None,
         transport: transport.TransportConfig | None = None,  # the cluster's own calls
+        coord_address: str | None = None,  # default: a free loopback port
     ) -> None:
         self.root = Path(root)
         self.node_ids = list(range(1, nodes + 1))
@@ -56,7 +57,7 @@ class LocalCluster:
         self.transport = transport
         self.nodes: dict[int, LocalNode] = {}
         self.coord_proc: subprocess.Popen | None = None
-        self.coord_address = f"127.0.0.1:{free_port()}"
+        self.coord_address = coord_address or f"127.0.0.1:{free_port()}"
         self.coord_log = self.root / "coord.log"
         self._channel: aio.Channel | None = None
 
@@ -157,7 +158,9 @@ class LocalCluster:
             self._channel = transport.make_channel(self.coord_address, self.transport)
         return self._channel
 
-    async def create_channels(self, count: int, prefix: str = "", replicas: int = 1) -> list[str]:
+    async def create_channels(
+        self, count: int, prefix: str = "", replicas: int = 1, allow_data_loss: bool = False
+    ) -> list[str]:
         stub = cpbg.StreamingCoordChannelServiceStub(self.channel())
         reply = await stub.CreateChannels(
             cpb.CreateChannelsRequest(
@@ -165,6 +168,7 @@ class LocalCluster:
                 num_channels=count,
                 prefix=prefix,
                 replicas=replicas,
+                allow_data_loss=allow_data_loss,
             ),
             timeout=10,
         )
