@@ -41,6 +41,7 @@ from streamwal.node.fencing import (
 from streamwal.node.group_commit import GroupCommitter
 from streamwal.node.health import WriteHealth
 from streamwal.node.log_store import LogStore, StoreCorruption, StoreUnwritable, log_key
+from streamwal.node.meta_writer import MetaWriter
 from streamwal.node.metrics import ChannelState, NodeMetrics
 from streamwal.node.producers import (
     BatchResult,
@@ -134,6 +135,7 @@ def validate_name(name: str) -> None:
 class Wal:
     def __init__(self, store: LogStore, config: NodeConfig, metrics: NodeMetrics) -> None:
         self.store = store
+        self.metas = MetaWriter(store)  # durable meta writes, coalesced
         self.config = config
         self.metrics = metrics
         self.channels: dict[str, Channel] = {}
@@ -308,9 +310,7 @@ class Wal:
                     retention_age_ms=retention.max_age_ms,
                     retention_bytes=retention.max_bytes,
                 )
-                await asyncio.get_running_loop().run_in_executor(
-                    None, self.store.save_meta, name, ch.meta
-                )
+                await self.metas.save(name, ch.meta)
             return outcome
         if ch is None:
             ch = self._new_channel(name)
@@ -345,7 +345,7 @@ class Wal:
             meta = replace(
                 meta, retention_age_ms=retention.max_age_ms, retention_bytes=retention.max_bytes
             )
-        await asyncio.get_running_loop().run_in_executor(None, self.store.save_meta, name, meta)
+        await self.metas.save(name, meta)
         ch.meta = meta
         ch.taking = 0  # the role below is set in the same step: no gap to serve in
         if self.replication.configure(ch, replica_set):
@@ -395,9 +395,7 @@ class Wal:
         ch = self.channels.get(name)
         if ch is None:
             ch = self._new_channel(name, term)
-            await asyncio.get_running_loop().run_in_executor(
-                None, self.store.save_meta, name, ch.meta
-            )
+            await self.metas.save(name, ch.meta)
         elif term > ch.meta.term:
             ch.meta = replace(ch.meta, term=term)
             role = ch.replica
@@ -405,9 +403,7 @@ class Wal:
                 ch, ChannelFenced(f"pchannel {name!r} was fenced at term {term}")
             )
             await self.replication.settle(role)
-            await asyncio.get_running_loop().run_in_executor(
-                None, self.store.save_meta, name, ch.meta
-            )
+            await self.metas.save(name, ch.meta)
             await self._drain(ch)
             log.info("fenced", extra={"pchannel": name, "term": term})
         await self.ensure_verified(ch)
@@ -535,7 +531,7 @@ class Wal:
             None, self.store.truncate_from, ch.name, offset, lambda w: window_below(w, offset)
         )
         ch.meta = replace(ch.meta, history=cut_history(ch.meta.history, offset))
-        await loop.run_in_executor(None, self.store.save_meta, ch.name, ch.meta)
+        await self.metas.save(ch.name, ch.meta)
         log.warning(
             "truncated divergent suffix" if divergent else "dropped damaged suffix",
             extra={"pchannel": ch.name, "from": offset, "to": ch.next_offset, "bytes": dropped},
@@ -711,7 +707,7 @@ class Wal:
         self.replication.stop_role(ch, None)
         ch.notify()
         await self._drain(ch)
-        await asyncio.get_running_loop().run_in_executor(None, self.store.save_meta, name, ch.meta)
+        await self.metas.save(name, ch.meta)
         log.info("removed", extra={"pchannel": name, "term": ch.meta.term})
 
     def access(self, name: str, term: int) -> Channel:

@@ -41,10 +41,10 @@ class LocalCluster:
         grace: float = 1.5,
         coord_args: tuple[str, ...] = (),
         log_level: str = "info",  # the nodes'
+        coord_address: str | None = None,  # default: a free loopback port
         node_args: tuple[str, ...] = (),
         node_env: dict[str, str] | None = None,
         transport: transport.TransportConfig | None = None,  # the cluster's own calls
-        coord_address: str | None = None,  # default: a free loopback port
     ) -> None:
         self.root = Path(root)
         self.node_ids = list(range(1, nodes + 1))
