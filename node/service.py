@@ -301,23 +301,12 @@ class NodeService:
                 probe_port=self.probe_port,
             )
             for ch in self.wal.channels.values():
-                if not ch.meta.serving or ch.recovering or not ch.fence.assigned:
+                if not ch.core.known or not ch.core.reported:
                     continue
-                status = pb.PChannelStatus(
-                    pchannel=pb.PChannelInfo(name=ch.name, term=ch.term),
-                    first_offset=ch.first_offset,
-                    next_offset=ch.committed_next,
-                    last_time_tick=ch.clock.last,
-                    size_bytes=ch.size_bytes,
-                    producers=ch.producers,
-                    consumers=ch.consumers,
-                    data_loss=ch.damage,
-                    unhealthy=self.wal.unhealthy(ch),
-                    retention=pb.RetentionPolicy(
-                        max_age_ms=ch.meta.retention_age_ms, max_bytes=ch.meta.retention_bytes
-                    ),
-                )
-                self.wal.replication.status(ch, status)
+                status = ch.core.status()
+                status.producers = ch.producers
+                status.consumers = ch.consumers
+                status.unhealthy = self.wal.unhealthy(ch)
                 resp.channels.append(status)
             return resp
 
