@@ -47,6 +47,38 @@ def test_ready_condition_names_the_reason_for_every_outcome() -> None:
     assert ok["status"] == "True" and ok["reason"] == "Assigned" and "term 1" in ok["message"]
 
 
+def test_a_single_copy_on_a_gone_node_waits_for_it_unless_data_loss_is_allowed() -> None:
+    spec = {"replicas": 1, "failover": {"allowDataLoss": False}}
+    record = st.record_from_object({**obj(), "spec": spec})
+    assigned = sm.finish_assignment(sm.begin_assignment(record.meta, sm.NodeRef(2, "a:1")))
+    record.meta.CopyFrom(sm.mark_unavailable(assigned))
+    for live in (0, 2):  # whether or not another node could take it
+        waiting = st.ready_condition(record, None, live)
+        assert (waiting["status"], waiting["reason"]) == ("False", "WaitingForReplica")
+        assert "node 2" in waiting["message"]
+    spec["failover"]["allowDataLoss"] = True
+    allowed = st.record_from_object({**obj(), "spec": spec})
+    assert allowed.allow_data_loss and not record.allow_data_loss
+    allowed.meta.CopyFrom(record.meta)
+    assert st.ready_condition(allowed, None, 2)["reason"] == "Unavailable"
+
+
+def test_more_replicas_than_nodes_is_not_ready_and_says_why() -> None:
+    record = st.record_from_object({**obj(), "spec": {"replicas": 5}})
+    assert st.ready_condition(record, None, 2)["reason"] == "NotEnoughNodes"  # 2 < 3 needed
+    assert st.ready_condition(record, None, 3)["reason"] == "Pending"  # a majority: placed
+    record.meta.CopyFrom(
+        sm.finish_assignment(sm.begin_assignment(record.meta, sm.NodeRef(1, "a:1")))
+    )
+    record.members.extend(sm.NodeRef(n, f"a:{n}").to_proto() for n in (1, 2, 3))
+    short = st.ready_condition(record, None, 3)
+    assert (short["status"], short["reason"]) == ("False", "NotEnoughNodes")
+    assert "3 of spec.replicas 5" in short["message"] and "not 2" in short["message"]
+    # enough nodes to grow: serving while the replicas are added
+    assert st.ready_condition(record, None, 5)["reason"] == "Assigned"
+    assert st.ready_reason({"conditions": [short]}) == "NotEnoughNodes"
+
+
 def test_transition_time_is_kept_while_the_condition_holds() -> None:
     record = st.record_from_object(obj())
     ready = st.ready_condition(record, None, 0)
@@ -100,7 +132,16 @@ def test_nodes_are_ready_pods_with_ip_grpc_port_and_id() -> None:
             pod("sw-node-5", "fd00::5", True, "5", port=1234),
         ]
     )
-    assert found == {0: "10.0.0.5:19530", 3: "10.0.0.8:19530", 5: "[fd00::5]:1234"}
+    # the terminating pod still serves: a node, drained so it hands over before it stops
+    assert found == {
+        0: "10.0.0.5:19530",
+        3: "10.0.0.8:19530",
+        4: "10.0.0.9:19530",
+        5: "[fd00::5]:1234",
+    }
+    assert pods.draining(
+        [pod("sw-node-4", "10.0.0.9", True, "4", deleting=True), pod("sw-node-0", "1.2.3.4", True)]
+    ) == {4}
 
 
 def test_replica_set_round_trips_and_spec_replicas_is_the_wanted_count() -> None:
@@ -145,3 +186,39 @@ def test_a_finished_replica_change_deletes_its_keys_in_the_merge_patch() -> None
     unreplicated = st.record_from_object(obj())
     blank = st.status_patch(unreplicated, st.ready_condition(unreplicated, None, 0), obj())
     assert blank["node"] is None and blank["replicas"] is None
+
+
+def test_placement_attrs_are_the_pods_labels_and_kubernetes_nodes() -> None:
+    scheduled = pod("sw-node-1", "10.0.0.6", True, "1")
+    scheduled["spec"]["nodeName"] = "worker-a"
+    pending = pod("sw-node-2", "10.0.0.7", True, "2")
+    labels, domains = pods.placement_attrs([scheduled, pending, pod("x-3", None, True, "3")])
+    assert labels == {
+        1: {"apps.kubernetes.io/pod-index": "1"},
+        2: {"apps.kubernetes.io/pod-index": "2"},
+    }
+    assert domains == {1: "worker-a", 2: "pod sw-node-2"}  # no IP: not a node
+
+
+def test_spec_placement_and_retention_reach_the_record_and_status() -> None:
+    spec = {
+        "replicas": 3,
+        "retention": {"age": "7d", "size": "10GB"},
+        "placement": {"nodeSelector": {"disk": "ssd"}, "antiAffinity": "Preferred"},
+    }
+    record = st.record_from_object({**obj(), "spec": spec})
+    assert dict(record.node_selector) == {"disk": "ssd"} and record.anti_affinity == "Preferred"
+    assert (record.retention.max_age_ms, record.retention.max_bytes) == (604_800_000, 10**10)
+    assert not record.HasField("applied_retention")  # until the nodes took it
+    record.applied_retention.CopyFrom(record.retention)
+    status = st.status_patch(record, st.ready_condition(record, None, 3), obj())
+    assert status["retention"] == {
+        "age": "7d",
+        "size": "10GB",
+        "maxAgeMs": 604_800_000,
+        "maxBytes": 10**10,
+    }
+    back = st.record_from_object({**obj(status), "spec": spec})
+    assert back.applied_retention == record.retention
+    defaults = st.record_from_object({**obj(), "spec": {}})  # the CRD's default age
+    assert (defaults.retention.max_age_ms, defaults.retention.max_bytes) == (604_800_000, 0)
