@@ -111,6 +111,7 @@ async def scale_case(
     sample: int = 4,
     tick: Callable[[str], None] | None = None,
     time_tick: str = "200ms",
+    grace: float | None = None,
 ) -> dict:
     """One case on local processes; see the module docstring for what is measured."""
     from streamwal.client.wal import connect
@@ -120,6 +121,8 @@ async def scale_case(
     from streamwal.testing.replica_logs import read_replicas
 
     defaults = CoordConfig(nodes={})
+    if grace is not None:
+        defaults.grace = grace
     say = tick or (lambda _label: None)
     cluster = LocalCluster(
         workdir,
@@ -293,6 +296,12 @@ async def scale_case(
     "pchannel's leader appends and replicates one record per period, the steady load "
     "that grows with the pchannels.",
 )
+@click.option(
+    "--grace",
+    type=click.FloatRange(0.1, 600),
+    default=None,
+    help="The coord's grace period (s); default: the coord's own default.",
+)
 @click.option("--sim-pchannels", default=10_000, show_default=True, type=click.IntRange(1))
 @click.option("--sim-nodes", default=100, show_default=True, type=click.IntRange(2))
 def scale(
@@ -302,6 +311,7 @@ def scale(
     sample: int,
     sim: bool,
     time_tick_interval: str,
+    grace: float | None,
     sim_pchannels: int,
     sim_nodes: int,
 ) -> None:
@@ -327,7 +337,9 @@ def scale(
 
             with tempfile.TemporaryDirectory(prefix="sw-scale-") as tmp:
                 case = asyncio.run(
-                    scale_case(Path(tmp), count, factor, nodes, sample, tick, time_tick_interval)
+                    scale_case(
+                        Path(tmp), count, factor, nodes, sample, tick, time_tick_interval, grace
+                    )
                 )
             results["cases"].append(case)
             bar.update(1)
