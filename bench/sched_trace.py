@@ -270,7 +270,6 @@ def _table(results: dict[str, dict]) -> str:
 @click.command("trace")
 @click.option(
     "--system",
-    "names",
     multiple=True,
     default=("streamwal_async", "redis", "nats"),
     show_default=True,
@@ -281,7 +280,7 @@ def _table(results: dict[str, dict]) -> str:
 @click.option(
     "--window", default=2.0, show_default=True, help="Seconds of each round under the trace."
 )
-def trace(names: tuple[str, ...], rounds: int, seconds: float, window: float) -> None:
+def trace(system: tuple[str, ...], rounds: int, seconds: float, window: float) -> None:
     """Where a one-at-a-time send's latency goes: server, client, wake-ups (needs root).
 
     Open-loop sends at 1000 msg/s, as `bench compare` measures latency, with the
@@ -292,6 +291,7 @@ def trace(names: tuple[str, ...], rounds: int, seconds: float, window: float) ->
 
     from streamwal.bench.compare import PEERS, make_systems
 
+    names = system
     unknown = sorted(set(names) - set(PEERS))
     if unknown:
         raise click.BadParameter(f"unknown: {', '.join(unknown)} (one of {', '.join(PEERS)})")

@@ -25,6 +25,14 @@ from streamwal.client.append import (
     group_by_vchannel,
 )
 from streamwal.client.broadcast import BroadcastAppendResult, BroadcastClient
+from streamwal.client.consumer_group import (
+    AUTO_COMMIT_INTERVAL_S,
+    SESSION_TIMEOUT_S,
+    GroupConsumer,
+    GroupDescription,
+    RoutedGroup,
+    describe_groups,
+)
 from streamwal.client.msgstream import MsgStream, TtMsgStream
 from streamwal.client.node_client import ConsumedMessage
 from streamwal.client.routing import RoutedProducer
@@ -255,6 +263,42 @@ class WALAccessor:
     def tt_msg_stream(self) -> TtMsgStream:
         """A TtMsgStream on this accessor: one pack per time tick across its channels."""
         return TtMsgStream(self)
+
+    # -- consumer groups ---------------------------------------------------------------
+
+    async def consumer_group(
+        self,
+        channel: str,
+        group: str,
+        *,
+        at_least_once: bool = True,
+        auto_commit_interval: float | None = AUTO_COMMIT_INTERVAL_S,
+        session_timeout: float = SESSION_TIMEOUT_S,
+        batch: int = 256,
+    ) -> GroupConsumer:
+        """Join consumer group `group` of a channel (created on first use): its members
+        share the messages. At-least-once by default: `next_batch()` commits what it
+        returned before once `auto_commit_interval` has passed (None: call `commit()`);
+        a member gone for `session_timeout` has its uncommitted messages redelivered to
+        the others. `at_least_once=False`: each message once at most."""
+        pchannel, vchannel = await self.wal.resolve(channel)
+        routed = RoutedGroup(
+            self.wal,
+            pchannel,
+            group,
+            vchannel,
+            at_least_once=at_least_once,
+            session_timeout=session_timeout,
+        )
+        await routed.create()
+        return GroupConsumer(routed, batch=batch, auto_commit_interval=auto_commit_interval)
+
+    async def describe_groups(
+        self, channel: str, groups: Sequence[str] = ()
+    ) -> list[GroupDescription]:
+        """The consumer groups of a channel's pchannel (all when none is named): committed
+        offset, end offset, lag and members."""
+        return await describe_groups(self.wal, channel, groups)
 
     # -- lifetime ----------------------------------------------------------------------
 

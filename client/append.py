@@ -55,6 +55,11 @@ class AppendResult:
     time_tick: int
     txn_id: int | None = None
 
+    @property
+    def offset(self) -> int:
+        """The message id by its Kafka name: the offset in the pchannel."""
+        return self.message_id
+
 
 @dataclass(frozen=True)
 class AppendResponse:

@@ -29,7 +29,7 @@ from typing import Any
 import grpc
 from grpc import aio
 
-from streamwal.client.node_client import AppendResult
+from streamwal.client.append import AppendResult
 from streamwal.client.sync import _Portal
 from streamwal.errors import Unavailable
 from streamwal.grpc_errors import from_rpc_error, from_trailing
@@ -47,7 +47,8 @@ RETRY_INTERVAL = 0.2
 
 @dataclass(frozen=True)
 class BroadcastAppendResult:
-    """The broadcast's id and, per vchannel, where its copy landed (offset and time tick)."""
+    """The broadcast's id and, per vchannel, where its copy landed (the accessor's
+    AppendResult: message id, i.e. offset, and time tick)."""
 
     broadcast_id: int
     results: dict[str, AppendResult]
@@ -141,7 +142,7 @@ class BroadcastClient:
         return BroadcastAppendResult(
             reply.broadcast_id,
             {
-                r.vchannel: AppendResult(decode_offset(r.message_id.id), r.time_tick)
+                r.vchannel: AppendResult(r.vchannel, decode_offset(r.message_id.id), r.time_tick)
                 for r in reply.results
             },
         )

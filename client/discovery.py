@@ -74,7 +74,7 @@ class AssignmentWatcher:
         self.version: Version = (-1, -1)
         self.routes: dict[str, Route] = {}
         self._changed = asyncio.Event()  # replaced after every set: waiters see one change
-        self._reports: asyncio.Queue[pb.AssignmentDiscoverRequest] | None = None
+        self._reports: asyncio.Queue[pb.AssignmentDiscoverRequest | None] | None = None
         self._task: asyncio.Task | None = None
         self._channel: aio.Channel | None = None
         self.connected = asyncio.Event()
@@ -167,11 +167,14 @@ class AssignmentWatcher:
     async def _stream(self) -> None:
         assert self._channel is not None
         stub = pbg.StreamingCoordAssignmentServiceStub(self._channel)
-        reports: asyncio.Queue[pb.AssignmentDiscoverRequest] = asyncio.Queue()
+        reports: asyncio.Queue[pb.AssignmentDiscoverRequest | None] = asyncio.Queue()
 
         async def requests():
-            while True:
-                yield await reports.get()
+            # Ends at the None put below when the call ends: gRPC's task draining this
+            # iterator is not cancelled with a failed call, and a pending task dropped
+            # with the call is "Task was destroyed but it is pending!" at exit.
+            while (request := await reports.get()) is not None:
+                yield request
 
         call = stub.AssignmentDiscover(requests())
         try:
@@ -187,6 +190,7 @@ class AssignmentWatcher:
         finally:
             if self._reports is reports:
                 self._reports = None
+            reports.put_nowait(None)
             call.cancel()
 
     async def close(self) -> None:

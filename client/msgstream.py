@@ -160,7 +160,13 @@ class MsgStream:
         subscription share its messages (each goes to one of them), and its cursor is
         kept by the node (it survives restarts and moves with the pchannel)."""
         pchannel, vchannel = await self._wal.wal.resolve(channel)
-        group = RoutedGroup(self._wal.wal, pchannel, f"{self.sub_name}@{channel}", vchannel)
+        group = RoutedGroup(
+            self._wal.wal,
+            pchannel,
+            f"{self.sub_name}@{channel}",
+            vchannel,
+            at_least_once=False,  # a subscription's packs are at-most-once (docs/api.md)
+        )
         created = await group.create()
         seek = self._seek.pop(channel, None)
         if seek is not None:

@@ -19,7 +19,7 @@ from grpc import aio
 from streamwal.client.consumed import ConsumedBatch, ConsumedMessage
 from streamwal.client.node_streams import open_stream
 from streamwal.client.policy import DeliverPolicy
-from streamwal.client.producer import AppendResult, Producer
+from streamwal.client.producer import Appended, Producer
 from streamwal.errors import StreamingError, Unavailable
 from streamwal.grpc_errors import from_rpc_error
 from streamwal.ids import decode_offset, encode_offset
@@ -27,7 +27,7 @@ from streamwal.message import PROP_TERM, PROP_TIME_TICK
 from streamwal.proto import groups_pb2 as gpb
 from streamwal.proto import milvus_pb2, wire_pb2
 from streamwal.proto import streaming_pb2 as pb
-from streamwal.transport import TransportConfig, make_channel
+from streamwal.transport import TransportConfig, internal_address, make_channel
 
 log = logging.getLogger("streamwal.client")
 
@@ -51,6 +51,15 @@ def replica_set(
     return rs
 
 
+class GroupBatch(list):
+    """What a group consume got (a list of ConsumedMessage); `redelivered`: they had
+    gone to a consumer that left without committing them."""
+
+    def __init__(self, messages: list[ConsumedMessage], redelivered: bool = False) -> None:
+        super().__init__(messages)
+        self.redelivered = redelivered
+
+
 class NodeClient:
     """One gRPC channel to one node, and producers on the node's produce port.
 
@@ -68,7 +77,11 @@ class NodeClient:
     ) -> None:
         self.address = address
         transport = transport or TransportConfig.from_env()
+        self._transport = transport
         self._channel = make_channel(address, transport)
+        # The node's internal listener (Assign, Remove, Fence): opened at
+        # the first such call, from the port the node's Describe names.
+        self._internal: aio.Channel | None = None
         if produce_port is None:
             produce_port = os.environ.get("STREAMWAL_PRODUCE_PORT", "on").lower() not in (
                 "off",
@@ -95,12 +108,22 @@ class NodeClient:
         for producer in list(self._producers):
             await producer.abandon()
         await self._channel.close()
+        if self._internal is not None:
+            await self._internal.close()
 
     async def wait_ready(self, timeout: float = 10.0) -> None:
         await asyncio.wait_for(self._channel.channel_ready(), timeout)
 
-    async def _unary(self, method: str, request, response_cls):
-        call = self._channel.unary_unary(
+    async def _unary(self, method: str, request, response_cls, internal: bool = False):
+        try:
+            if internal and self._internal is None:
+                where = await internal_address(self.address, self._transport)
+                if self._internal is None:  # another call may have opened it meanwhile
+                    self._internal = make_channel(where, self._transport)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        channel = self._internal if internal and self._internal else self._channel
+        call = channel.unary_unary(
             method,
             request_serializer=lambda m: m.SerializeToString(),
             response_deserializer=response_cls.FromString,
@@ -135,19 +158,19 @@ class NodeClient:
         if retention_age_ms is not None or retention_bytes is not None:
             req.retention.max_age_ms = retention_age_ms or 0
             req.retention.max_bytes = retention_bytes or 0
-        await self._unary(_MANAGER + "Assign", req, pb.StreamingNodeManagerAssignResponse)
+        await self._unary(_MANAGER + "Assign", req, pb.StreamingNodeManagerAssignResponse, True)
 
     async def fence(self, pchannel: str, term: int) -> pb.FenceResponse:
         """Raise the node's accepted term of `pchannel` (it stops leading or following lower
         terms) and learn its log: last record's term, log end, commit offset."""
         req = pb.FenceRequest(pchannel=pb.PChannelInfo(name=pchannel, term=term))
-        return await self._unary(_REPLICATION + "Fence", req, pb.FenceResponse)
+        return await self._unary(_REPLICATION + "Fence", req, pb.FenceResponse, True)
 
     async def remove(self, pchannel: str, term: int) -> None:
         req = pb.StreamingNodeManagerRemoveRequest(
             pchannel=pb.PChannelInfo(name=pchannel, term=term)
         )
-        await self._unary(_MANAGER + "Remove", req, pb.StreamingNodeManagerRemoveResponse)
+        await self._unary(_MANAGER + "Remove", req, pb.StreamingNodeManagerRemoveResponse, True)
 
     async def collect_status(self) -> pb.StreamingNodeManagerCollectStatusResponse:
         return await self._unary(
@@ -187,8 +210,17 @@ class NodeClient:
         )
 
     async def group_consume(
-        self, pchannel: str, term: int, group: str, n: int, *, consumer_id: str = "", claim: int = 0
-    ) -> list[ConsumedMessage]:
+        self,
+        pchannel: str,
+        term: int,
+        group: str,
+        n: int,
+        *,
+        consumer_id: str = "",
+        claim: int = 0,
+        at_least_once: bool = False,
+        session_timeout: float = 0.0,
+    ) -> GroupBatch:
         """Up to `n` messages after the group's cursor, which the node advances past them
         before answering: concurrent consumers of a group never get the same message.
         Empty when the group has read everything. TimeTick messages are left out; a
@@ -197,6 +229,9 @@ class NodeClient:
         Without a `consumer_id` a call whose answer is lost loses its messages (at most
         once). With one, number each new call (`claim`) and repeat the number when
         retrying: the node answers a repeated claim with the same messages again.
+        `at_least_once` (needs `consumer_id`): the messages stay pending on this consumer
+        until `group_commit`; if it is silent for `session_timeout` seconds (0: the
+        node's 10 s) they go to the group's next consumes (`redelivered` is then True).
         """
         resp = await self._unary(
             _GROUPS + "GroupConsume",
@@ -206,10 +241,52 @@ class NodeClient:
                 max_messages=n,
                 consumer_id=consumer_id,
                 claim=claim,
+                at_least_once=at_least_once,
+                session_timeout_ms=round(session_timeout * 1000),
             ),
             gpb.GroupConsumeResponse,
         )
-        return [m for b in resp.batches for m in ConsumedBatch(b)]
+        return GroupBatch([m for b in resp.batches for m in ConsumedBatch(b)], resp.redelivered)
+
+    async def group_commit(
+        self,
+        pchannel: str,
+        term: int,
+        group: str,
+        consumer_id: str,
+        offset: int | None,
+        *,
+        leave: bool = False,
+        session_timeout: float = 0.0,
+    ) -> int:
+        """Settle every message `consumer_id` got up to `offset` (inclusive; None: none);
+        `leave`: its other uncommitted messages go to the group's other consumers.
+        Returns the group's committed offset."""
+        resp = await self._unary(
+            _GROUPS + "GroupCommit",
+            gpb.GroupCommitRequest(
+                pchannel=_info(pchannel, term),
+                group=group,
+                consumer_id=consumer_id,
+                offset=offset,
+                leave=leave,
+                session_timeout_ms=round(session_timeout * 1000),
+            ),
+            gpb.GroupCommitResponse,
+        )
+        return resp.committed
+
+    async def describe_consumer_groups(
+        self, pchannel: str, term: int, groups: Sequence[str] = ()
+    ) -> list[gpb.ConsumerGroupDescription]:
+        """Each group's cursor, committed offset, end, lag and members (all groups when
+        none is named)."""
+        resp = await self._unary(
+            _GROUPS + "DescribeConsumerGroups",
+            gpb.DescribeConsumerGroupsRequest(pchannel=_info(pchannel, term), groups=groups),
+            gpb.DescribeConsumerGroupsResponse,
+        )
+        return list(resp.groups)
 
     async def group_seek(
         self, pchannel: str, term: int, group: str, message_id: int | pb.MessageID
@@ -420,7 +497,7 @@ class Consumer:
 
 
 __all__ = [
-    "AppendResult",
+    "Appended",
     "ConsumedMessage",
     "Consumer",
     "NodeClient",

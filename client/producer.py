@@ -57,7 +57,10 @@ ACK_LEVELS = {
 
 
 @dataclass(frozen=True, slots=True)
-class AppendResult:
+class Appended:
+    """Where a producer's message landed: its offset and time tick (the node tier; the
+    accessor's `Appended` also names the vchannel)."""
+
     offset: int
     time_tick: int
 
@@ -230,7 +233,7 @@ class Producer:
         vchannel: str | None = None,
         msg_type: int | None = None,
         properties: Mapping[str, str] | None = None,
-    ) -> AppendResult:
+    ) -> Appended:
         """Append one message; returns once it is durable on the node."""
         if self._refusal is not None:
             raise self._refusal
@@ -249,10 +252,10 @@ class Producer:
                 # producer two event-loop turns per message: write the frame here.
                 ledger.dispatch(time.monotonic())
                 self._call.write_now(request_bytes(batch))  # type: ignore[union-attr]
-                return AppendResult(*await waiter)  # its only message: no shield needed
+                return Appended(*await waiter)  # its only message: no shield needed
             self._wake.set()
         base, tick = await asyncio.shield(batch.waiter)
-        return AppendResult(base + index, tick + index)
+        return Appended(base + index, tick + index)
 
     async def send_many(
         self,
@@ -262,7 +265,7 @@ class Producer:
         msg_type: int | None = None,
         properties: Mapping[str, str] | None = None,
         barrier_time_tick: int = 0,
-    ) -> list[AppendResult]:
+    ) -> list[Appended]:
         """Append all payloads as one atomic batch (same vchannel, type and properties);
         their ticks are above `barrier_time_tick`."""
         blob = self._props(vchannel, msg_type, properties)
@@ -270,7 +273,7 @@ class Producer:
         if not entries:
             return []
         base, tick = await self.send_batch(entries, barrier_time_tick)
-        return [AppendResult(base + i, tick + i) for i in range(len(entries))]
+        return [Appended(base + i, tick + i) for i in range(len(entries))]
 
     async def send_batch(
         self, entries: list[bytes], barrier_time_tick: int = 0, sequence: int = 0

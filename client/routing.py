@@ -37,7 +37,7 @@ from streamwal.client.discovery import AssignmentWatcher, NoRoute, Route
 from streamwal.client.node_client import NodeClient
 from streamwal.client.policy import DeliverPolicy
 from streamwal.client.produce_ledger import Op
-from streamwal.client.producer import AppendResult, Producer, fail_ops
+from streamwal.client.producer import Appended, Producer, fail_ops
 from streamwal.client.txn import Txn
 from streamwal.errors import OnShutdown, StreamingError, Unavailable, is_fencing_error
 from streamwal.proto import streaming_pb2 as pb
@@ -301,14 +301,14 @@ class RoutedProducer:
         vchannel: str | None = None,
         msg_type: int | None = None,
         properties: Mapping[str, str] | None = None,
-    ) -> AppendResult:
+    ) -> Appended:
         """Append one message; returns once it is durable on the pchannel's owner."""
         vchannel = vchannel or self.vchannel
         return await self._through(
             lambda p: p.send(payload, vchannel=vchannel, msg_type=msg_type, properties=properties)
         )
 
-    async def send_many(self, payloads: Sequence[bytes], **kwargs) -> list[AppendResult]:
+    async def send_many(self, payloads: Sequence[bytes], **kwargs) -> list[Appended]:
         """Append all payloads as one atomic batch."""
         kwargs.setdefault("vchannel", self.vchannel)
         return await self._through(lambda p: p.send_many(payloads, **kwargs))

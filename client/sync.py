@@ -8,11 +8,12 @@ implementation of batching, pipelining and error mapping.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
-from streamwal.client.node_client import AppendResult, ConsumedMessage, NodeClient
+from streamwal.client.node_client import Appended, ConsumedMessage, NodeClient
 from streamwal.client.txn import Txn, TxnResult
 from streamwal.proto import streaming_pb2 as pb
 from streamwal.transport import TransportConfig
@@ -31,9 +32,27 @@ class _Portal:
     def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
-    def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(5)
+    def stop(self, timeout: float = 5.0) -> None:
+        """Cancel every task still on the loop and wait for them (bounded), then stop the
+        loop and close it: on any path, an error in `connect` included, nothing is left
+        for the garbage collector to report as "Task was destroyed but it is pending!"."""
+
+        async def cancel_rest() -> None:
+            rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in rest:
+                task.cancel()
+            if rest:
+                await asyncio.wait(rest, timeout=timeout)
+            await self.loop.shutdown_asyncgens()
+
+        if self.loop.is_running():
+            done = asyncio.run_coroutine_threadsafe(cancel_rest(), self.loop)
+            with contextlib.suppress(Exception):
+                done.result(timeout + 1)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout)
+        if not self._thread.is_alive() and not self.loop.is_closed():
+            self.loop.close()
 
 
 class SyncTxn:
@@ -80,14 +99,14 @@ class SyncProducer:
         vchannel: str | None = None,
         msg_type: int | None = None,
         properties: Mapping[str, str] | None = None,
-    ) -> AppendResult:
+    ) -> Appended:
         return self._portal.call(
             self._producer.send(
                 payload, vchannel=vchannel, msg_type=msg_type, properties=properties
             )
         )
 
-    def send_many(self, payloads: Iterable[bytes], **kwargs) -> list[AppendResult]:
+    def send_many(self, payloads: Iterable[bytes], **kwargs) -> list[Appended]:
         return self._portal.call(self._producer.send_many(list(payloads), **kwargs))
 
     def close(self) -> None:

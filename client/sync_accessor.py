@@ -14,6 +14,8 @@ from streamwal.client.accessor import Broadcast, WALAccessor
 from streamwal.client.aio import connect as connect_aio
 from streamwal.client.append import AppendOption, AppendResponses, AppendResult, Message
 from streamwal.client.broadcast import BroadcastAppendResult
+from streamwal.client.consumed import ConsumedMessage
+from streamwal.client.consumer_group import GroupConsumer, GroupDescription
 from streamwal.client.msgstream import EARLIEST, MsgStream
 from streamwal.client.msgstream_types import MsgPack, MsgPosition, RepackFunc
 from streamwal.client.scanner import Handler, Scanner
@@ -136,6 +138,37 @@ class SyncMsgStream:
         self.close()
 
 
+class SyncGroupConsumer:
+    """GroupConsumer's methods, blocking."""
+
+    def __init__(self, portal: _Portal, consumer: GroupConsumer) -> None:
+        self._portal = portal
+        self._consumer = consumer
+
+    @property
+    def redelivered(self) -> int:
+        """Messages this member got that a gone member had got before."""
+        return self._consumer.group.redelivered
+
+    def next_batch(self, limit: int | None = None) -> list[ConsumedMessage]:
+        return self._portal.call(self._consumer.next_batch(limit))
+
+    def commit(self) -> int | None:
+        return self._portal.call(self._consumer.commit())
+
+    def describe(self) -> GroupDescription:
+        return self._portal.call(self._consumer.group.describe())
+
+    def close(self) -> None:
+        self._portal.call(self._consumer.close())
+
+    def __enter__(self) -> SyncGroupConsumer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 class SyncWALAccessor:
     """WALAccessor's methods, blocking."""
 
@@ -188,6 +221,14 @@ class SyncWALAccessor:
 
     def tt_msg_stream(self) -> SyncMsgStream:
         return SyncMsgStream(self._portal, self.aio.tt_msg_stream())
+
+    def consumer_group(self, channel: str, group: str, **options) -> SyncGroupConsumer:
+        """See WALAccessor.consumer_group."""
+        consumer = self._portal.call(self.aio.consumer_group(channel, group, **options))
+        return SyncGroupConsumer(self._portal, consumer)
+
+    def describe_groups(self, channel: str, groups: Sequence[str] = ()) -> list[GroupDescription]:
+        return self._portal.call(self.aio.describe_groups(channel, groups))
 
     def close(self) -> None:
         try:

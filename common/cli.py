@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import importlib
 import os
+from typing import TYPE_CHECKING
 
 import click
 
 from streamwal import __version__
 from streamwal.units import parse_duration_ms, parse_size
+
+if TYPE_CHECKING:  # the transport imports gRPC: only the commands that serve load it
+    from streamwal.transport import TransportConfig
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 LOG_FORMATS = ("json", "text")
@@ -41,11 +45,35 @@ def check_address(value: str, listen: bool = False) -> str:
     return value
 
 
-def _size_text(n: float) -> str:
+def size_text(n: float) -> str:
     for unit, factor in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
         if n >= factor and n % factor == 0:
             return f"{n // factor}{unit}"
     return f"{n} bytes"
+
+
+ACCESS_FILE = click.option(
+    "--access-file",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Who may call what (YAML or JSON, docs/security.md): identities from client "
+    "certificates, roles, pchannels. Required with mutual TLS (STREAMWAL_TLS_CA), refused "
+    "without it.",
+)
+
+
+def server_transport(access_file: str | None) -> TransportConfig:
+    """A server's transport (STREAMWAL_TLS_*) with the rules of --access-file; a click
+    error (one line, exit status 2) when the file is wrong or security is half on."""
+    from streamwal.access import AccessError
+    from streamwal.transport import TransportConfig
+
+    try:
+        return TransportConfig.from_env().for_server(access_file)
+    except AccessError as exc:
+        raise click.BadParameter(str(exc), param_hint="--access-file") from None
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 class Address(click.ParamType):
@@ -96,7 +124,7 @@ class Size(_Quantity):
         return parse_size(text)
 
     def show(self, bound: float) -> str:
-        return _size_text(int(bound))
+        return size_text(int(bound))
 
 
 class Duration(_Quantity):
@@ -122,21 +150,76 @@ LOG_LEVEL = click.option(
 )
 
 
-class LazyGroup(click.Group):
-    """A click group whose commands are "module:attribute" paths, imported on use."""
+GLOBAL_COORD_ENV = "STREAMWAL_COORD"
 
-    def __init__(self, *args, lazy: dict[str, str], **kwargs) -> None:
+
+class CoordOption(click.Option):
+    """`--coord`: from the flag, STREAMWAL_<COMMAND>_COORD, or the global STREAMWAL_COORD
+    (as NATS_URL is for every `nats` command), in that order."""
+
+    def resolve_envvar_value(self, ctx: click.Context) -> str | None:
+        return super().resolve_envvar_value(ctx) or os.environ.get(GLOBAL_COORD_ENV) or None
+
+
+def coord_option(required: bool = False, **kwargs):
+    """The `--coord HOST:PORT` option of every command that talks to a coord."""
+    return click.option(
+        "--coord",
+        cls=CoordOption,
+        type=Address(),
+        default=None if required else "127.0.0.1:19500",
+        show_default=not required,
+        help=f"Coord gRPC HOST:PORT (also from {GLOBAL_COORD_ENV}).",
+        **kwargs,
+    )
+
+
+def _show_envvars(command: click.Command) -> click.Command:
+    """Every option's variable in `--help` (STREAMWAL_<COMMAND>_<OPTION>)."""
+    for param in command.params:
+        if isinstance(param, click.Option):
+            param.show_envvar = True
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _show_envvars(sub)
+    return command
+
+
+class LazyGroup(click.Group):
+    """A click group whose commands are "module:attribute" paths, imported on use.
+
+    `admin` names commands that also have subcommands served elsewhere: `streamwal node`
+    runs a node, `streamwal node list|drain|undrain` asks the coord about nodes."""
+
+    def __init__(
+        self,
+        *args,
+        lazy: dict[str, str],
+        admin: dict[str, tuple[str, frozenset[str]]] | None = None,
+        **kwargs,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self._lazy = lazy
+        self._admin = admin or {}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self._lazy})
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in self._lazy:
-            module, _, attr = self._lazy[name].partition(":")
-            return getattr(importlib.import_module(module), attr)
+            return _show_envvars(_load(self._lazy[name]))
         return super().get_command(ctx, name)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        name = args[0] if args else ""
+        if name in self._admin and len(args) > 1 and args[1] in self._admin[name][1]:
+            return name, _show_envvars(_load(self._admin[name][0])), args[1:]
+        return super().resolve_command(ctx, args)
+
+
+def _load(path: str) -> click.Command:
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 @click.group(
@@ -144,13 +227,16 @@ class LazyGroup(click.Group):
     lazy={
         "dev": "streamwal.testing.dev:dev",
         "node": "streamwal.node.cli:node",
+        "wait-drained": "streamwal.node.cli:wait_drained",
         "produce": "streamwal.client.cli:produce",
         "consume": "streamwal.client.cli:consume",
         "bench": "streamwal.bench.cli:bench",
         "coord": "streamwal.coord.cli:coord",
         "channel": "streamwal.coord.cli:channel",
         "operator": "streamwal.operator.cli:operator",
+        "group": "streamwal.client.group_cli:group",
     },
+    admin={"node": ("streamwal.coord.cli:nodes", frozenset({"list", "drain", "undrain"}))},
     context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "STREAMWAL"},
 )
 @click.version_option(__version__, prog_name="streamwal")
@@ -158,7 +244,9 @@ def main() -> None:
     """streamwal: a write-ahead log of physical channels for streaming systems.
 
     Every option can also be set from the environment as STREAMWAL_<COMMAND>_<OPTION>,
-    for example STREAMWAL_NODE_DATA_DIR. STREAMWAL_LOG_FORMAT is json (the default) or
+    for example STREAMWAL_NODE_DATA_DIR (each command's --help names them);
+    STREAMWAL_COORD is the coord address of every command that talks to one.
+    STREAMWAL_LOG_FORMAT is json (the default) or
     text; STREAMWAL_LOG_LEVEL is the level where a command has no --log-level.
     """
     for name, allowed, value in (

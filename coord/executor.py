@@ -55,6 +55,7 @@ class Links(Protocol):
         min_next_offset: int = 0,
         replica_set: pb.ReplicaSet | None = None,
         accept_data_loss: bool = False,
+        retention: pb.RetentionPolicy | None = None,
     ) -> None: ...
 
     async def fence(
@@ -136,8 +137,16 @@ class Executor:
             return sagas.rejoin(record, job.nodes, ctx)
         if isinstance(job, pl.CompleteJoint):
             return sagas.complete_joint(record)
+        if isinstance(job, pl.ApplyRetention):
+            return sagas.apply_retention(record, ctx)
+        if isinstance(job, pl.Unschedulable):
+            if job.reason:
+                self.memory.unschedulable[name] = job.reason
+            else:
+                self.memory.unschedulable.pop(name, None)
+            return sagas.unschedulable(record, job.reason)
         if isinstance(job, pl.MarkUnavailable):
-            return sagas.mark_unavailable(record, job.node, job.reason)
+            return sagas.mark_unavailable(record, job.node, job.reason, job.code)
         raise AssertionError(f"unknown job {job!r}")
 
     def _remember(self, job: pl.Job, result: sagas.Result) -> None:
@@ -213,6 +222,7 @@ class Executor:
                 min_next_offset=step.min_next_offset,
                 replica_set=step.replica_set,
                 accept_data_loss=step.accept_data_loss,
+                retention=step.retention,
             )
         except StreamingError as err:
             return err

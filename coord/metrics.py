@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
 
 from streamwal.proto import streaming_pb2 as pb
 
@@ -12,6 +20,10 @@ class CoordMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
+        if registry is None:  # the process's own (process_*, python_*), as a node has them
+            ProcessCollector(registry=self.registry)
+            PlatformCollector(registry=self.registry)
+            GCCollector(registry=self.registry)
         self.pchannel_info = Gauge(
             "streamwal_pchannel_info",
             "1 for every pchannel, labelled with its current term, node and state.",

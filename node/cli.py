@@ -14,7 +14,14 @@ import os
 import click
 
 from streamwal import logs
-from streamwal.cli import LOG_LEVEL, Address, Duration, Size
+from streamwal.cli import (
+    ACCESS_FILE,
+    LOG_LEVEL,
+    Address,
+    Duration,
+    Size,
+    server_transport,
+)
 from streamwal.node.config import NodeConfig
 
 KIB, MIB, GIB = 1024, 1024**2, 1024**3
@@ -24,11 +31,16 @@ MAX_GRPC_INT = 2**31 - 1
 COUNT = click.IntRange(1, 10_000_000)
 
 
-class _ProduceListen(Address):
-    name = "auto|off|host:port"
+class _ListenOr(Address):
+    """HOST:PORT, or one of `words`."""
+
+    def __init__(self, *words: str) -> None:
+        super().__init__(listen=True)
+        self.words = words
+        self.name = "|".join((*words, "host:port"))
 
     def convert(self, value, param, ctx) -> str:
-        return value if value in ("auto", "off") else super().convert(value, param, ctx)
+        return value if value in self.words else super().convert(value, param, ctx)
 
 
 @click.command("node")
@@ -38,6 +50,17 @@ class _ProduceListen(Address):
     show_default=True,
     type=Address(listen=True),
     help="gRPC HOST:PORT (port 0: any free port, see --port-file).",
+)
+@click.option(
+    "--internal-listen",
+    default="auto",
+    show_default=True,
+    type=_ListenOr("auto", "shared"),
+    help="The internal listener: the manager and replication services (Assign, Remove, "
+    "Fence, Fetch, Replicate; read-only CollectStatus is on --listen too), called only by "
+    "the coord, the operator and peer nodes. HOST:PORT, 'auto' (the --listen host, any "
+    "free port; peers learn it from the node's Describe) or 'shared' (on --listen, as the "
+    "seed's single port).",
 )
 @click.option(
     "--data-dir",
@@ -180,8 +203,8 @@ class _ProduceListen(Address):
     default=4096,
     show_default=True,
     type=click.IntRange(1, 1_000_000),
-    help="Connections per listener (gRPC, produce port); the node raises its open-file "
-    "limit to hold both.",
+    help="Connections per listener (gRPC, internal, produce port); the node raises its open-file "
+    "limit to hold them all.",
 )
 @click.option(
     "--max-connections-per-peer",
@@ -258,11 +281,12 @@ class _ProduceListen(Address):
     "--produce-listen",
     default="auto",
     show_default=True,
-    type=_ProduceListen(listen=True),
+    type=_ListenOr("auto", "off"),
     help="The produce port (Produce over plain TCP frames, lower latency than gRPC): "
     "HOST:PORT, 'auto' (the --listen host, any free port; clients learn it from the node), "
     "or 'off'. Always off when TLS is configured.",
 )
+@ACCESS_FILE
 @click.option(
     "--port-file",
     default=None,
@@ -270,14 +294,17 @@ class _ProduceListen(Address):
     help="Write the bound port here once serving (for --listen HOST:0).",
 )
 @LOG_LEVEL
-def node(log_level: str, **flags) -> None:
-    """Run a streaming node: a durable WAL of pchannels served over gRPC."""
+def node(log_level: str, access_file: str | None, **flags) -> None:
+    """Run a streaming node: a durable WAL of pchannels served over gRPC.
+
+    `streamwal node list` and `streamwal node drain|undrain ID` ask the coord instead."""
     config = _config(**flags)
+    security = server_transport(access_file)
     from streamwal.node.server import NodeServer, StartupError
 
     logs.configure(log_level)
     try:
-        _run(NodeServer(config).serve_forever())
+        _run(NodeServer(config, security).serve_forever())
     except StartupError as err:
         raise click.ClickException(str(err)) from None
 
@@ -341,3 +368,51 @@ def _run(coro) -> None:
         uvloop.run(coro)
     except ImportError:  # pragma: no cover - uvloop is a dependency, but keep a fallback
         asyncio.run(coro)
+
+
+@click.command("wait-drained")
+@click.option(
+    "--address",
+    default="127.0.0.1:19530",
+    show_default=True,
+    type=Address(),
+    help="The local node's gRPC address.",
+)
+@click.option(
+    "--timeout",
+    default="25s",
+    show_default=True,
+    type=Duration(0.1, 3600),
+    help="Give up after this long (the pod stops anyway).",
+)
+def wait_drained(address: str, timeout: float) -> None:
+    """Wait until the node leads no pchannel: the chart's preStop hook. The operator drains
+    a node whose pod is being deleted (its leaders hand over to caught-up followers, its
+    single copies move with their log); waiting here keeps the node serving until then,
+    so the kubelet's SIGTERM finds nothing to fail over. Exit 1 on timeout."""
+    from streamwal import transport
+    from streamwal.proto import streaming_pb2 as pb
+    from streamwal.proto import streaming_pb2_grpc as pbg
+
+    async def leads() -> int | None:
+        async with transport.make_channel(address) as channel:
+            stub = pbg.StreamingNodeManagerServiceStub(channel)
+            try:
+                status = await stub.CollectStatus(
+                    pb.StreamingNodeManagerCollectStatusRequest(), timeout=2
+                )
+            except Exception:  # not answering (yet, or not to this identity): ask again
+                return None
+        return sum(c.role == pb.REPLICA_ROLE_LEADER for c in status.channels)
+
+    async def run() -> bool:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while asyncio.get_running_loop().time() < deadline:
+            if await leads() == 0:
+                return True
+            await asyncio.sleep(0.2)
+        return False
+
+    if not asyncio.run(run()):
+        click.echo(f"the node at {address} still leads pchannels after {timeout:g}s", err=True)
+        raise SystemExit(1)

@@ -7,12 +7,21 @@ cursor at once, on the event loop, so two concurrent consumes of one group never
 the same messages; the answer waits until the snapshot record carrying the change is
 durable, through the normal append path (group commit), and, on a replicated pchannel,
 committed on a quorum as a DEFAULT-level produce is.
+
+At-least-once consumes (node/cursors.py) leave their ranges pending on the consumer
+until it commits; the session clock is this module's (`time.monotonic`), checked at
+every call of the group, so a gone consumer's ranges are redelivered by the next consume
+after its session ran out. The lag of each group (deliverable messages from its committed
+offset to the end) is exported as `streamwal_group_lag_messages{group,pchannel}`,
+refreshed by every consume, commit and describe of the group.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 
 import grpc
 
@@ -20,7 +29,7 @@ from streamwal.errors import InvalidArgument, StreamingError
 from streamwal.ids import decode_offset
 from streamwal.node import delivery, records
 from streamwal.node.channel import Channel
-from streamwal.node.cursors import MAX_NAME_BYTES, Claim, CursorTable, take
+from streamwal.node.cursors import DEFAULT_SESSION_S, MAX_NAME_BYTES, Claim, CursorTable, take
 from streamwal.node.service import Malformed, NodeService, _abort, _tolerant
 from streamwal.node.wal import READ_BYTES, Wal
 from streamwal.proto import groups_pb2 as gpb
@@ -30,6 +39,7 @@ log = logging.getLogger("streamwal.node.groups")
 
 READ_RECORDS = 1024
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024  # a consume answers fewer than n rather than more
+LAG_SCAN_RECORDS = 4096  # a lag counted record by record; past this, offsets estimate it
 
 
 class GroupService:
@@ -60,6 +70,8 @@ class GroupService:
                 "DestroyConsumerGroup": rpc(self.destroy, gpb.DestroyConsumerGroupRequest),
                 "GroupConsume": rpc(self.consume, gpb.GroupConsumeRequest),
                 "GroupSeek": rpc(self.seek, gpb.GroupSeekRequest),
+                "GroupCommit": rpc(self.commit, gpb.GroupCommitRequest),
+                "DescribeConsumerGroups": rpc(self.describe, gpb.DescribeConsumerGroupsRequest),
             },
         )
 
@@ -126,6 +138,8 @@ class GroupService:
         ch, term, table = self._access(req)
         table.destroy(ch.name, req.group)
         await self._persist(ch, term, table)
+        with contextlib.suppress(KeyError):
+            self.wal.metrics.group_lag.remove(req.group, ch.name)
         log.info("consumer group destroyed", extra={"pchannel": ch.name, "group": req.group})
         return gpb.DestroyConsumerGroupResponse()
 
@@ -134,19 +148,130 @@ class GroupService:
             raise InvalidArgument("max_messages must be >= 1")
         if len(req.consumer_id.encode()) > MAX_NAME_BYTES:
             raise InvalidArgument(f"consumer_id is longer than {MAX_NAME_BYTES} bytes")
+        if req.at_least_once and not req.consumer_id:
+            raise InvalidArgument("an at-least-once consume names its consumer_id")
         ch, term, table = self._access(req)
-        start = table.get(ch.name, req.group)
-        retry = table.claimed(req.group, req.consumer_id, req.claim)
+        group, consumer = req.group, req.consumer_id
+        start = table.get(ch.name, group)
+        now = time.monotonic()
+        self._expire(ch, table, group, now)
+        if req.at_least_once:
+            table.touch(group, consumer, now, _session(req.session_timeout_ms))
+        retry = table.claimed(group, consumer, req.claim)
         if retry is not None:  # the answer to this claim was lost: the same range again
             pieces, _ = self._take(ch, retry.start, req.max_messages, retry.end)
-            return _response(pieces, table.cursors[req.group])
+            return _response(pieces, table.cursors[group])
+        if req.at_least_once:
+            table.check_room(ch.name, group, consumer)
+            orphan = table.next_orphan(group)
+            if orphan is not None:
+                return await self._redeliver(ch, term, table, req, orphan)
         pieces, cursor = self._take(ch, start, req.max_messages)
         if cursor == start:
             return gpb.GroupConsumeResponse(cursor=cursor)
-        table.cursors[req.group] = cursor  # taken: a concurrent consume starts after it
-        table.record_claim(req.group, req.consumer_id, Claim(req.claim, start, cursor))
+        table.cursors[group] = cursor  # taken: a concurrent consume starts after it
+        table.record_claim(group, consumer, Claim(req.claim, start, cursor))
+        if req.at_least_once and pieces:
+            table.hold(group, consumer, (start, _after_last(pieces)))
         await self._persist(ch, term, table)
+        self._export_lag(ch, table, group)
+        self.wal.metrics.delivered(ch.name)[0] += sum(p.count for _, p in pieces)
         return _response(pieces, cursor)
+
+    async def _redeliver(
+        self, ch: Channel, term: int, table: CursorTable, req, orphan: tuple[int, int]
+    ) -> gpb.GroupConsumeResponse:
+        """Hand out (the first part of) a gone consumer's uncommitted range."""
+        group, consumer = req.group, req.consumer_id
+        pieces, after = self._take(ch, orphan[0], req.max_messages, orphan[1])
+        after = max(after, orphan[0] + 1) if not pieces else after
+        table.settle_orphan(group, (orphan[0], after))
+        table.record_claim(group, consumer, Claim(req.claim, orphan[0], after))
+        if pieces:
+            table.hold(group, consumer, (orphan[0], _after_last(pieces)))
+        await self._persist(ch, term, table)
+        count = sum(p.count for _, p in pieces)
+        self.wal.metrics.group_redelivered.labels(group=group, pchannel=ch.name).inc(count)
+        self.wal.metrics.delivered(ch.name)[0] += count
+        response = _response(pieces, table.cursors[group])
+        response.redelivered = bool(pieces)
+        return response
+
+    def _expire(self, ch: Channel, table: CursorTable, group: str, now: float) -> None:
+        for consumer in table.expire(group, now):
+            log.info(
+                "group consumer gone: its uncommitted messages are redelivered",
+                extra={"pchannel": ch.name, "group": group, "consumer": consumer},
+            )
+
+    async def commit(self, req: gpb.GroupCommitRequest) -> gpb.GroupCommitResponse:
+        if not req.consumer_id:
+            raise InvalidArgument("a commit names its consumer_id")
+        ch, term, table = self._access(req)
+        group, consumer = req.group, req.consumer_id
+        table.get(ch.name, group)
+        now = time.monotonic()
+        self._expire(ch, table, group, now)
+        settled = table.commit(group, consumer, req.offset) if req.HasField("offset") else 0
+        if req.leave:
+            table.orphan(group, consumer)
+        else:
+            table.touch(group, consumer, now, _session(req.session_timeout_ms))
+        if settled or req.leave:
+            await self._persist(ch, term, table)
+        self._export_lag(ch, table, group)
+        return gpb.GroupCommitResponse(committed=table.committed(group))
+
+    async def describe(
+        self, req: gpb.DescribeConsumerGroupsRequest
+    ) -> gpb.DescribeConsumerGroupsResponse:
+        ch, _term, table = self._access(req)
+        names = list(req.groups) or sorted(table.cursors)
+        for name in names:
+            table.get(ch.name, name)
+        now = time.monotonic()
+        out = gpb.DescribeConsumerGroupsResponse()
+        for name in names:
+            self._expire(ch, table, name, now)
+            description = out.groups.add(
+                group=name,
+                cursor=table.cursors[name],
+                committed=table.committed(name),
+                end_offset=ch.visible_next,
+                lag=self._export_lag(ch, table, name),
+                orphaned_ranges=len(table.orphans(name)),
+            )
+            for consumer, ranges in sorted(table.members(name).items()):
+                seen = table.seen.get((name, consumer))
+                description.members.add(
+                    consumer_id=consumer,
+                    pending_ranges=len(ranges),
+                    pending_offsets=sum(end - start for start, end in ranges),
+                    idle_seconds=round(now - seen[0], 3) if seen else 0.0,
+                )
+        return out
+
+    def _export_lag(self, ch: Channel, table: CursorTable, group: str) -> int:
+        """Deliverable messages (no ticks, no internal records) from the group's committed
+        offset to the visible end, exported as the group's lag; counted record by record
+        for LAG_SCAN_RECORDS records, estimated from offsets past them."""
+        at = max(table.committed(group), ch.first_offset)
+        end = ch.visible_next
+        lag = scanned = 0
+        while at < end and scanned < LAG_SCAN_RECORDS:
+            recs = self.wal.read(ch, at, min(READ_RECORDS, LAG_SCAN_RECORDS - scanned))
+            if not recs:
+                break
+            for base, value in recs:
+                count = records.peek(value)[2]
+                flags = records.peek_flags(value)
+                if not flags & (records.INTERNAL_FLAGS | records.FLAG_TIME_TICK):
+                    lag += base + count - max(base, at)
+                at = base + count
+            scanned += len(recs)
+        lag += max(0, end - at)
+        self.wal.metrics.group_lag.labels(group=group, pchannel=ch.name).set(lag)
+        return lag
 
     def _take(
         self, ch: Channel, start: int, n: int, end: int | None = None
@@ -190,6 +315,18 @@ class GroupService:
         table.cursors[req.group] = offset
         await self._persist(ch, term, table)
         return gpb.GroupSeekResponse()
+
+
+def _after_last(pieces: list[tuple[int, delivery.Slice]]) -> int:
+    """The offset after the last message handed out: a pending range ends there, not
+    at the cursor (which may have moved on over ticks the consumer never sees, and a
+    commit of its last message must settle the range)."""
+    last = pieces[-1][1]
+    return (last.offsets[-1] if last.offsets else last.first_offset + last.count - 1) + 1
+
+
+def _session(ms: int) -> float:
+    return ms / 1000 if ms else DEFAULT_SESSION_S
 
 
 def _response(pieces: list[tuple[int, delivery.Slice]], cursor: int) -> gpb.GroupConsumeResponse:

@@ -15,7 +15,14 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    PlatformCollector,
+    ProcessCollector,
+)
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -24,6 +31,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from streamwal.node import records
+
 _LATENCY_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 
 
@@ -31,8 +40,16 @@ class NodeMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        # pchannel -> [messages, record bytes] appended since the node started
+        # pchannel -> [client messages, record bytes, time ticks] appended since the start
         self._appended: dict[str, list[int]] = {}
+        # pchannel -> [messages] delivered to consumers and groups (no ticks)
+        self._delivered: dict[str, list[int]] = {}
+        if registry is None:
+            # The process and the interpreter (process_*, python_*), as the default
+            # registry has them; a node's registry is its own, so they are added here.
+            ProcessCollector(registry=r)
+            PlatformCollector(registry=r)
+            GCCollector(registry=r)
         self.append_latency = ScrapedHistogram(
             "streamwal_append_latency_seconds",
             "From accepting an append to its durable commit",
@@ -54,6 +71,19 @@ class NodeMetrics:
             "streamwal_consumer_lag_messages",
             "Messages between the log end and the slowest consumer",
             ["pchannel"],
+            registry=r,
+        )
+        self.group_lag = Gauge(
+            "streamwal_group_lag_messages",
+            "Messages (no time ticks) from a consumer group's committed offset to the end",
+            ["group", "pchannel"],
+            registry=r,
+        )
+        self.group_redelivered = Counter(
+            "streamwal_group_redelivered_messages_total",
+            "Messages handed again to a group because the consumer that had them went "
+            "away without committing",
+            ["group", "pchannel"],
             registry=r,
         )
         self.replica_acked = Gauge(
@@ -107,11 +137,25 @@ class NodeMetrics:
         (connections, streams, buffered bytes, txns), how much is held at scrape time."""
         self.registry.register(_LimitCollector(configured, usage))
 
-    def appended(self, pchannel: str) -> list[int]:
-        """[messages, record bytes] appended to `pchannel`: add to them in place."""
+    def count_append(self, pchannel: str, count: int, record: bytes) -> None:
+        """A durable record of `count` messages: the node's own time ticks and internal
+        records (cursor snapshots) are counted apart from the messages clients sent, so
+        an idle pchannel does not look like it takes traffic."""
         totals = self._appended.get(pchannel)
         if totals is None:
-            totals = self._appended[pchannel] = [0, 0]
+            totals = self._appended[pchannel] = [0, 0, 0]
+        flags = records.peek_flags(record)
+        if flags & records.FLAG_TIME_TICK:
+            totals[2] += count
+        elif not flags & records.INTERNAL_FLAGS:
+            totals[0] += count
+        totals[1] += len(record)
+
+    def delivered(self, pchannel: str) -> list[int]:
+        """[messages] delivered to consumers of `pchannel` (no time ticks): add in place."""
+        totals = self._delivered.get(pchannel)
+        if totals is None:
+            totals = self._delivered[pchannel] = [0]
         return totals
 
     def watch_channels(self, channels: Callable[[], Iterable[ChannelState]]) -> None:
@@ -127,6 +171,8 @@ class ChannelState(NamedTuple):
     commit_offset: int
     producer_states: int
     data_loss: int
+    retention_age_seconds: float
+    retention_bytes: int
 
 
 _STATE_GAUGES = (
@@ -145,6 +191,14 @@ _STATE_GAUGES = (
         "streamwal_pchannel_data_loss",
         "1 while this node's log of the pchannel lacks records it acknowledged (corruption):"
         " not served until rebuilt from a replica or the loss is accepted",
+    ),
+    (
+        "streamwal_pchannel_retention_age_seconds",
+        "Retention this node applies: records older than this are cut (0: kept forever)",
+    ),
+    (
+        "streamwal_pchannel_retention_bytes",
+        "Retention this node applies: the log is cut from its head beyond this (0: no bound)",
     ),
 )
 
@@ -196,16 +250,34 @@ class _AppendCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         m = self._metrics
         messages = CounterMetricFamily(
-            "streamwal_appended_messages", "Messages appended", labels=["pchannel"]
+            "streamwal_appended_messages",
+            "Messages appended by clients (time ticks not counted)",
+            labels=["pchannel"],
+        )
+        ticks = CounterMetricFamily(
+            "streamwal_appended_time_ticks",
+            "TimeTick messages the node appended (idle pchannels get a few per second)",
+            labels=["pchannel"],
         )
         size = CounterMetricFamily(
             "streamwal_appended_bytes", "Record bytes appended", labels=["pchannel"]
         )
-        for pchannel, (count, nbytes) in list(m._appended.items()):
+        delivered = CounterMetricFamily(
+            "streamwal_delivered_messages",
+            "Messages delivered to consumers and consumer groups (time ticks not counted); "
+            "its rate is the pchannel's consume rate",
+            labels=["pchannel"],
+        )
+        for pchannel, (count, nbytes, tick_count) in list(m._appended.items()):
             messages.add_metric([pchannel], count)
             size.add_metric([pchannel], nbytes)
+            ticks.add_metric([pchannel], tick_count)
+        for pchannel, (count,) in list(m._delivered.items()):
+            delivered.add_metric([pchannel], count)
         yield messages
+        yield ticks
         yield size
+        yield delivered
         yield m.append_latency.metric()
         yield m.fsync_latency.metric()
 

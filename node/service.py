@@ -117,7 +117,10 @@ class NodeService:
         if isinstance(what, str):
             self.wal.metrics.limit_exceeded.labels(what).inc()
 
-    def handlers(self) -> list[grpc.GenericRpcHandler]:
+    def handlers(self) -> tuple[list[grpc.GenericRpcHandler], list[grpc.GenericRpcHandler]]:
+        """The client listener's services (Produce, Consume, state, CollectStatus) and the
+        internal listener's (manager, replication, state)."""
+
         def ser(msg) -> bytes:
             # A Produce stream's hot-path answers come serialized already (ProduceStream).
             return msg if isinstance(msg, bytes) else msg.SerializeToString()
@@ -169,7 +172,17 @@ class NodeService:
                 ),
             },
         )
-        return [handler, manager, state, replication]
+        # CollectStatus is read-only and clients ask it (a pchannel's end offset, Spark's
+        # node discovery), so the client listener answers it too.
+        status = grpc.method_handlers_generic_handler(
+            "milvus.proto.streaming.StreamingNodeManagerService",
+            {
+                "CollectStatus": grpc.unary_unary_rpc_method_handler(
+                    self.collect_status, _tolerant(pb.StreamingNodeManagerCollectStatusRequest), ser
+                ),
+            },
+        )
+        return [handler, state, status], [manager, state, replication]
 
     # -- replication -------------------------------------------------------------------
 
@@ -414,6 +427,7 @@ class NodeService:
         consumer_id: int,
     ) -> StreamingError | None:
         lag = self.wal.metrics.consumer_lag.labels(ch.name)
+        delivered = self.wal.metrics.delivered(ch.name)
         batched = options.batched
         skip_ticks = options.skip_time_ticks
         end = options.end_offset if options.HasField("end_offset") else None
@@ -451,6 +465,8 @@ class NodeService:
                 position = base + rec.count
                 if piece is None or (skip_ticks and rec.flags & records.FLAG_TIME_TICK):
                     continue
+                if not rec.flags & records.FLAG_TIME_TICK:
+                    delivered[0] += piece.count
                 if not batched:
                     for frame in delivery.message_frames(piece, rec.term):
                         await context.write(frame)

@@ -778,9 +778,7 @@ class Wal:
                 if not durable:
                     self._reserve(ch, end)
                 ch.cache(item.base, item.value)
-                totals = m.appended(ch.name)
-                totals[0] += item.count
-                totals[1] += len(item.value)
+                m.count_append(ch.name, item.count, item.value)
                 m.append_latency.observe(now - item.accepted_at)
                 if item.producer is not None:
                     ch.inflight.pop(item.producer, None)
@@ -845,6 +843,8 @@ class Wal:
                 ch.known_commit,
                 len(ch.producer_states),
                 int(bool(ch.damage)),
+                ch.meta.retention_age_ms / 1000,
+                ch.meta.retention_bytes,
             )
             for ch in list(self.channels.values())
         ]

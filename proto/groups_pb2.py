@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from . import streaming_pb2 as streaming__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0cgroups.proto\x12\x10streamwal.groups\x1a\x0fstreaming.proto\"c\n\x1a\x43reateConsumerGroupRequest\x12\x36\n\x08pchannel\x18\x01 \x01(\x0b\x32$.milvus.proto.streaming.PChannelInfo\x12\r\n\x05group\x18\x02 \x01(\t\"-\n\x1b\x43reateConsumerGroupResponse\x12\x0e\n\x06\x63ursor\x18\x01 \x01(\x04\"d\n\x1b\x44\x65stroyConsumerGroupRequest\x12\x36\n\x08pchannel\x18\x01 \x01(\x0b\x32$.milvus.proto.streaming.PChannelInfo\x12\r\n\x05group\x18\x02 \x01(\t\"\x1e\n\x1c\x44\x65stroyConsumerGroupResponse\"\x96\x01\n\x13GroupConsumeRequest\x12\x36\n\x08pchannel\x18\x01 \x01(\x0b\x32$.milvus.proto.streaming.PChannelInfo\x12\r\n\x05group\x18\x02 \x01(\t\x12\x14\n\x0cmax_messages\x18\x03 \x01(\r\x12\x13\n\x0b\x63onsumer_id\x18\x04 \x01(\t\x12\r\n\x05\x63laim\x18\x05 \x01(\x04\"e\n\x14GroupConsumeResponse\x12=\n\x07\x62\x61tches\x18\x01 \x03(\x0b\x32,.milvus.proto.streaming.ConsumeBatchResponse\x12\x0e\n\x06\x63ursor\x18\x02 \x01(\x04\"\x90\x01\n\x10GroupSeekRequest\x12\x36\n\x08pchannel\x18\x01 \x01(\x0b\x32$.milvus.proto.streaming.PChannelInfo\x12\r\n\x05group\x18\x02 \x01(\t\x12\x35\n\nmessage_id\x18\x03 \x01(\x0b\x32!.milvus.proto.streaming.MessageID\"\x13\n\x11GroupSeekResponse2\xcb\x03\n!StreamingNodeConsumerGroupService\x12t\n\x13\x43reateConsumerGroup\x12,.streamwal.groups.CreateConsumerGroupRequest\x1a-.streamwal.groups.CreateConsumerGroupResponse\"\x00\x12w\n\x14\x44\x65stroyConsumerGroup\x12-.streamwal.groups.DestroyConsumerGroupRequest\x1a..streamwal.groups.DestroyConsumerGroupResponse\"\x00\x12_\n\x0cGroupConsume\x12%.streamwal.groups.GroupConsumeRequest\x1a&.streamwal.groups.GroupConsumeResponse\"\x00\x12V\n\tGroupSeek\x12\".streamwal.groups.GroupSeekRequest\x1a#.streamwal.groups.GroupSeekResponse\"\x00\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0cgroups.proto\x12\x10streamwal.groups\x1a\x0fstreaming.proto\"c\n\x1a\x43reateConsumerGroupRequest\x12\x36\n\x08pchannel\x18\x01 \x01(\x0b\x32$.milvus.proto.streaming.PChannelInfo\x12\r\n\x05group\x18\x02 \x01(\t\"-\n\x1b\x43reateConsumerGroupResponse\x12\x0e\n\x06\x63ursor\x18\x01 \x01(\x04\"d\n\x1b\x44\x65stroyConsumerGroupRequest\x12\x36\n\x08pchannel\x18\x01 \x01(\x0b\x32$.milvus.proto.streaming.PChannelInfo\x12\r\n\x05group\x18\x02 \x01(\t\"\x1e\n\x1c\x44\x65stroyConsumerGroupResponse\"\xc9\x01\n\x13GroupConsumeRequest\x12\x36\n\x08pchannel\x18\x01 \x01(\x0b\x32$.milvus.proto.streaming.PChannelInfo\x12\r\n\x05group\x18\x02 \x01(\t\x12\x14\n\x0cmax_messages\x18\x03 \x01(\r\x12\x13\n\x0b\x63onsumer_id\x18\x04 \x01(\t\x12\r\n\x05\x63laim\x18\x05 \x01(\x04\x12\x15\n\rat_least_once\x18\x06 \x01(\x08\x12\x1a\n\x12session_timeout_ms\x18\x07 \x01(\r\"z\n\x14GroupConsumeResponse\x12=\n\x07\x62\x61tches\x18\x01 \x03(\x0b\x32,.milvus.proto.streaming.ConsumeBatchResponse\x12\x0e\n\x06\x63ursor\x18\x02 \x01(\x04\x12\x13\n\x0bredelivered\x18\x03 \x01(\x08\"\xbb\x01\n\x12GroupCommitRequest\x12\x36\n\x08pchannel\x18\x01 \x01(\x0b\x32$.milvus.proto.streaming.PChannelInfo\x12\r\n\x05group\x18\x02 \x01(\t\x12\x13\n\x0b\x63onsumer_id\x18\x03 \x01(\t\x12\x13\n\x06offset\x18\x04 \x01(\x04H\x00\x88\x01\x01\x12\r\n\x05leave\x18\x05 \x01(\x08\x12\x1a\n\x12session_timeout_ms\x18\x06 \x01(\rB\t\n\x07_offset\"(\n\x13GroupCommitResponse\x12\x11\n\tcommitted\x18\x01 \x01(\x04\"g\n\x1d\x44\x65scribeConsumerGroupsRequest\x12\x36\n\x08pchannel\x18\x01 \x01(\x0b\x32$.milvus.proto.streaming.PChannelInfo\x12\x0e\n\x06groups\x18\x02 \x03(\t\"i\n\x0bGroupMember\x12\x13\n\x0b\x63onsumer_id\x18\x01 \x01(\t\x12\x16\n\x0epending_ranges\x18\x02 \x01(\r\x12\x17\n\x0fpending_offsets\x18\x03 \x01(\x04\x12\x14\n\x0cidle_seconds\x18\x04 \x01(\x01\"\xb6\x01\n\x18\x43onsumerGroupDescription\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0e\n\x06\x63ursor\x18\x02 \x01(\x04\x12\x11\n\tcommitted\x18\x03 \x01(\x04\x12\x12\n\nend_offset\x18\x04 \x01(\x04\x12\x0b\n\x03lag\x18\x05 \x01(\x04\x12.\n\x07members\x18\x06 \x03(\x0b\x32\x1d.streamwal.groups.GroupMember\x12\x17\n\x0forphaned_ranges\x18\x07 \x01(\r\"\\\n\x1e\x44\x65scribeConsumerGroupsResponse\x12:\n\x06groups\x18\x01 \x03(\x0b\x32*.streamwal.groups.ConsumerGroupDescription\"\x90\x01\n\x10GroupSeekRequest\x12\x36\n\x08pchannel\x18\x01 \x01(\x0b\x32$.milvus.proto.streaming.PChannelInfo\x12\r\n\x05group\x18\x02 \x01(\t\x12\x35\n\nmessage_id\x18\x03 \x01(\x0b\x32!.milvus.proto.streaming.MessageID\"\x13\n\x11GroupSeekResponse2\xa8\x05\n!StreamingNodeConsumerGroupService\x12t\n\x13\x43reateConsumerGroup\x12,.streamwal.groups.CreateConsumerGroupRequest\x1a-.streamwal.groups.CreateConsumerGroupResponse\"\x00\x12w\n\x14\x44\x65stroyConsumerGroup\x12-.streamwal.groups.DestroyConsumerGroupRequest\x1a..streamwal.groups.DestroyConsumerGroupResponse\"\x00\x12_\n\x0cGroupConsume\x12%.streamwal.groups.GroupConsumeRequest\x1a&.streamwal.groups.GroupConsumeResponse\"\x00\x12V\n\tGroupSeek\x12\".streamwal.groups.GroupSeekRequest\x1a#.streamwal.groups.GroupSeekResponse\"\x00\x12\\\n\x0bGroupCommit\x12$.streamwal.groups.GroupCommitRequest\x1a%.streamwal.groups.GroupCommitResponse\"\x00\x12}\n\x16\x44\x65scribeConsumerGroups\x12/.streamwal.groups.DescribeConsumerGroupsRequest\x1a\x30.streamwal.groups.DescribeConsumerGroupsResponse\"\x00\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -41,13 +41,25 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DESTROYCONSUMERGROUPRESPONSE']._serialized_start=301
   _globals['_DESTROYCONSUMERGROUPRESPONSE']._serialized_end=331
   _globals['_GROUPCONSUMEREQUEST']._serialized_start=334
-  _globals['_GROUPCONSUMEREQUEST']._serialized_end=484
-  _globals['_GROUPCONSUMERESPONSE']._serialized_start=486
-  _globals['_GROUPCONSUMERESPONSE']._serialized_end=587
-  _globals['_GROUPSEEKREQUEST']._serialized_start=590
-  _globals['_GROUPSEEKREQUEST']._serialized_end=734
-  _globals['_GROUPSEEKRESPONSE']._serialized_start=736
-  _globals['_GROUPSEEKRESPONSE']._serialized_end=755
-  _globals['_STREAMINGNODECONSUMERGROUPSERVICE']._serialized_start=758
-  _globals['_STREAMINGNODECONSUMERGROUPSERVICE']._serialized_end=1217
+  _globals['_GROUPCONSUMEREQUEST']._serialized_end=535
+  _globals['_GROUPCONSUMERESPONSE']._serialized_start=537
+  _globals['_GROUPCONSUMERESPONSE']._serialized_end=659
+  _globals['_GROUPCOMMITREQUEST']._serialized_start=662
+  _globals['_GROUPCOMMITREQUEST']._serialized_end=849
+  _globals['_GROUPCOMMITRESPONSE']._serialized_start=851
+  _globals['_GROUPCOMMITRESPONSE']._serialized_end=891
+  _globals['_DESCRIBECONSUMERGROUPSREQUEST']._serialized_start=893
+  _globals['_DESCRIBECONSUMERGROUPSREQUEST']._serialized_end=996
+  _globals['_GROUPMEMBER']._serialized_start=998
+  _globals['_GROUPMEMBER']._serialized_end=1103
+  _globals['_CONSUMERGROUPDESCRIPTION']._serialized_start=1106
+  _globals['_CONSUMERGROUPDESCRIPTION']._serialized_end=1288
+  _globals['_DESCRIBECONSUMERGROUPSRESPONSE']._serialized_start=1290
+  _globals['_DESCRIBECONSUMERGROUPSRESPONSE']._serialized_end=1382
+  _globals['_GROUPSEEKREQUEST']._serialized_start=1385
+  _globals['_GROUPSEEKREQUEST']._serialized_end=1529
+  _globals['_GROUPSEEKRESPONSE']._serialized_start=1531
+  _globals['_GROUPSEEKRESPONSE']._serialized_end=1550
+  _globals['_STREAMINGNODECONSUMERGROUPSERVICE']._serialized_start=1553
+  _globals['_STREAMINGNODECONSUMERGROUPSERVICE']._serialized_end=2233
 # @@protoc_insertion_point(module_scope)

@@ -54,6 +54,16 @@ class StreamingNodeConsumerGroupServiceStub:
                 request_serializer=groups__pb2.GroupSeekRequest.SerializeToString,
                 response_deserializer=groups__pb2.GroupSeekResponse.FromString,
                 _registered_method=True)
+        self.GroupCommit = channel.unary_unary(
+                '/streamwal.groups.StreamingNodeConsumerGroupService/GroupCommit',
+                request_serializer=groups__pb2.GroupCommitRequest.SerializeToString,
+                response_deserializer=groups__pb2.GroupCommitResponse.FromString,
+                _registered_method=True)
+        self.DescribeConsumerGroups = channel.unary_unary(
+                '/streamwal.groups.StreamingNodeConsumerGroupService/DescribeConsumerGroups',
+                request_serializer=groups__pb2.DescribeConsumerGroupsRequest.SerializeToString,
+                response_deserializer=groups__pb2.DescribeConsumerGroupsResponse.FromString,
+                _registered_method=True)
 
 
 class StreamingNodeConsumerGroupServiceServicer:
@@ -89,6 +99,22 @@ class StreamingNodeConsumerGroupServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GroupCommit(self, request, context):
+        """At-least-once (issue 18): settle what a consumer processed; with `leave`, also hand
+        the rest of what it got to the group's other consumers and forget it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeConsumerGroups(self, request, context):
+        """Each group's cursor, committed offset, end, lag and members (all groups when none
+        is named).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_StreamingNodeConsumerGroupServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -111,6 +137,16 @@ def add_StreamingNodeConsumerGroupServiceServicer_to_server(servicer, server):
                     servicer.GroupSeek,
                     request_deserializer=groups__pb2.GroupSeekRequest.FromString,
                     response_serializer=groups__pb2.GroupSeekResponse.SerializeToString,
+            ),
+            'GroupCommit': grpc.unary_unary_rpc_method_handler(
+                    servicer.GroupCommit,
+                    request_deserializer=groups__pb2.GroupCommitRequest.FromString,
+                    response_serializer=groups__pb2.GroupCommitResponse.SerializeToString,
+            ),
+            'DescribeConsumerGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeConsumerGroups,
+                    request_deserializer=groups__pb2.DescribeConsumerGroupsRequest.FromString,
+                    response_serializer=groups__pb2.DescribeConsumerGroupsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -221,6 +257,60 @@ class StreamingNodeConsumerGroupService:
             '/streamwal.groups.StreamingNodeConsumerGroupService/GroupSeek',
             groups__pb2.GroupSeekRequest.SerializeToString,
             groups__pb2.GroupSeekResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GroupCommit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/streamwal.groups.StreamingNodeConsumerGroupService/GroupCommit',
+            groups__pb2.GroupCommitRequest.SerializeToString,
+            groups__pb2.GroupCommitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeConsumerGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/streamwal.groups.StreamingNodeConsumerGroupService/DescribeConsumerGroups',
+            groups__pb2.DescribeConsumerGroupsRequest.SerializeToString,
+            groups__pb2.DescribeConsumerGroupsResponse.FromString,
             options,
             channel_credentials,
             insecure,

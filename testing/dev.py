@@ -10,9 +10,10 @@ The story it tells, step by step:
 3. the coord keeps the dead node's pchannels where they are for the grace period: when
    the node is back in time they are assigned again under a higher term -- on the
    restarted node, or on another one that first copies the log from it (catch-up); when
-   it is not (`--no-restart`, or a grace shorter than the restart), they fail over
-   *uncleanly* and the records on the dead node are stranded -- the summary says so and
-   the command fails;
+   it is not (`--no-restart`), a single-replica pchannel waits for it (safe failover),
+   unless it allows data loss (`--allow-data-loss`): then after the grace period it
+   fails over *uncleanly* and the records on the dead node are stranded -- the summary
+   says so and the command fails;
 4. producers reroute on their own (report to the coord, wait for the next assignment,
    resend what was not acknowledged, the node answers resent batches it already has);
 5. every pchannel is read back from its current owner; every acknowledged message must be
@@ -36,7 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
+from streamwal.cli import Address
 from streamwal.client.routing import Reroute, RoutedProducer
 from streamwal.client.wal import WAL, connect
 from streamwal.errors import StreamingError
@@ -44,6 +47,7 @@ from streamwal.testing.history import Acked, Verdict, check, payload, read_log
 from streamwal.testing.local_cluster import LocalCluster
 
 WINDOW = 64  # sends in flight per producer
+DEFAULT_COORD = "127.0.0.1:19500"  # the CLI's default --coord
 
 
 @dataclass
@@ -56,6 +60,7 @@ class DevConfig:
     restart_after: float | None = 1.0  # None: the killed node stays down
     grace: float = 10.0
     probe_interval: float = 0.25
+    allow_data_loss: bool = False  # single copies may move without their records
     timeout: float = 60.0
 
 
@@ -194,7 +199,9 @@ async def run_dev(config: DevConfig, root: Path, echo: Callable[[str], None]) ->
             + ", ".join(f"{i}={cluster.node_address(i)}" for i in cluster.node_ids)
             + f" (grace {config.grace}s, data in {root})"
         )
-        names = await cluster.create_channels(config.pchannels, replicas=config.replicas)
+        names = await cluster.create_channels(
+            config.pchannels, replicas=config.replicas, allow_data_loss=config.allow_data_loss
+        )
         wal = await connect(cluster.coord_address, failover_timeout=config.timeout / 2)
         for name in names:
             await wal.resolve(name, timeout=15)
@@ -381,7 +388,17 @@ def render(summary: dict) -> str:
     type=click.FloatRange(0.0, 60.0),
     help="Seconds until the killed node is restarted (as a StatefulSet would).",
 )
-@click.option("--no-restart", is_flag=True, help="Leave the killed node down: an unclean failover.")
+@click.option(
+    "--no-restart",
+    is_flag=True,
+    help="Leave the killed node down (with --replicas 1 it needs --allow-data-loss).",
+)
+@click.option(
+    "--allow-data-loss",
+    is_flag=True,
+    help="Create the pchannels allowing an unclean failover: a single copy whose node is "
+    "gone past the grace moves without its records (the summary counts them).",
+)
 @click.option(
     "--grace",
     default=10.0,
@@ -397,7 +414,22 @@ def render(summary: dict) -> str:
     help="Bound on the workload (sends stop after it).",
 )
 @click.option("--workdir", type=click.Path(file_okay=False), help="Keep the data here.")
+@click.option(
+    "--serve",
+    is_flag=True,
+    help="Keep a coord and --nodes nodes up to play with (a node that exits is started "
+    "again); print the address and what to try; Ctrl-C stops them. No demo run.",
+)
+@click.option(
+    "--listen",
+    default=DEFAULT_COORD,
+    show_default=True,
+    type=Address(listen=False),
+    help="With --serve: the coord's gRPC HOST:PORT (the CLI's default --coord).",
+)
+@click.pass_context
 def dev(
+    ctx: click.Context,
     nodes: int,
     pchannels: int,
     messages: int,
@@ -405,14 +437,30 @@ def dev(
     kill_at: float,
     restart_after: float,
     no_restart: bool,
+    allow_data_loss: bool,
     grace: float,
     timeout: float,
     workdir: str | None,
+    serve: bool,
+    listen: str,
 ) -> None:
-    """Embedded cluster: coord + nodes, a routed workload, a node kill -9, a full check."""
+    """Embedded cluster: coord + nodes, a routed workload, a node kill -9, a full check;
+    with --serve, a coord and nodes kept up for you to use."""
+    if serve:
+        _serve(ctx, nodes, grace, listen, workdir)
+        return
+    if ctx.get_parameter_source("listen") != ParameterSource.DEFAULT:
+        raise click.UsageError("--listen goes with --serve")
     if replicas % 2 == 0 or replicas > nodes:
         raise click.BadParameter(
             f"must be odd and at most --nodes ({nodes})", param_hint="--replicas"
+        )
+    if no_restart and replicas == 1 and not allow_data_loss:
+        raise click.BadParameter(
+            "with one copy per pchannel and the killed node left down, its pchannels wait "
+            "for it for ever (safe failover); add --allow-data-loss to see an unclean "
+            "failover, or --replicas 3 to see a clean one",
+            param_hint="--no-restart",
         )
     config = DevConfig(
         nodes=nodes,
@@ -423,6 +471,7 @@ def dev(
         restart_after=None if no_restart else restart_after,
         grace=grace,
         timeout=timeout,
+        allow_data_loss=allow_data_loss,
     )
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="streamwal-dev-"))
 
@@ -449,3 +498,41 @@ def dev(
     click.echo(render(summary))
     click.echo(json.dumps(summary))
     sys.exit(0 if summary["ok"] else 1)
+
+
+DEMO_ONLY = (
+    "pchannels",
+    "messages",
+    "replicas",
+    "kill_at",
+    "restart_after",
+    "no_restart",
+    "timeout",
+)
+
+
+def _serve(ctx: click.Context, nodes: int, grace: float, listen: str, workdir: str | None) -> None:
+    from streamwal.testing.dev_serve import serve
+
+    given = [
+        "--" + n.replace("_", "-")
+        for n in DEMO_ONLY
+        if ctx.get_parameter_source(n) != ParameterSource.DEFAULT
+    ]
+    if given:
+        raise click.UsageError(f"{', '.join(given)}: demo options, not for --serve")
+    root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="streamwal-dev-"))
+
+    def say(text: str) -> None:
+        click.echo(text)
+        sys.stdout.flush()
+
+    try:
+        asyncio.run(serve(root, nodes, grace, listen, listen == DEFAULT_COORD, say))
+    except KeyboardInterrupt:  # Ctrl-C before serve() took the signals over
+        return
+    except (RuntimeError, TimeoutError) as exc:
+        raise click.ClickException(str(exc).splitlines()[0]) from None
+    finally:
+        if not workdir:
+            shutil.rmtree(root, ignore_errors=True)

@@ -175,13 +175,20 @@ class SimLinks:
         min_next_offset: int = 0,
         replica_set: pb.ReplicaSet | None = None,
         accept_data_loss: bool = False,
+        retention: pb.RetentionPolicy | None = None,
     ) -> None:
         node = self._node(address)
         await self.cluster.net.call(
             COORD,
             node.id,
             lambda: node.assign(
-                name, term, catch_up_from, min_next_offset, replica_set, accept_data_loss
+                name,
+                term,
+                catch_up_from,
+                min_next_offset,
+                replica_set,
+                accept_data_loss,
+                retention,
             ),
             timeout,
             "assign",

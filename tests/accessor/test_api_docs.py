@@ -20,7 +20,8 @@ def test_the_page_has_an_example_per_feature() -> None:
     for feature in ("raw_append(", "barrier_time_tick=", "broadcast()", "ResourceKey(",
                     "wal.read(", "append_messages(", "msg_stream()", "tt_msg_stream()",
                     "seek(", "asyncio.run(", "wal.txn(",
-                    "as_consumer(channels, \"workers\")"):  # fmt: skip
+                    "as_consumer(channels, \"workers\")", "consumer_group(",
+                    "describe_groups("):  # fmt: skip
         assert feature in text, f"docs/api.md has no example of {feature}"
 
 

@@ -7,7 +7,15 @@ import pytest
 
 from streamwal.errors import ConsumerGroupExist, ConsumerGroupNotExist, InvalidArgument
 from streamwal.node import records
-from streamwal.node.cursors import MAX_CLAIMS, MAX_GROUPS, Claim, CursorTable, take
+from streamwal.node.cursors import (
+    DEFAULT_SESSION_S,
+    MAX_CLAIMS,
+    MAX_GROUPS,
+    MAX_PENDING,
+    Claim,
+    CursorTable,
+    take,
+)
 from streamwal.node.records import CorruptRecord
 from streamwal.proto import streaming_pb2 as pb
 
@@ -105,3 +113,43 @@ def test_take_at_the_end_or_before_retention() -> None:
     assert take(_log(), 18, 5) == ([], 18, 0)
     pieces, cursor, _ = take(_log()[3:], 0, 2)  # the cursor fell below the oldest record
     assert (_offsets(pieces), cursor) == ([12, 13, 14, 15], 16)
+
+
+def test_at_least_once_pending_commit_expiry_and_redelivery() -> None:
+    t = CursorTable()
+    t.create("p", "g", 0)
+    t.touch("g", "a", now=0.0, session_s=3.0)
+    t.touch("g", "b", now=0.0, session_s=3.0)
+    t.hold("g", "a", (0, 10))
+    t.hold("g", "a", (10, 15))  # adjacent: one range
+    t.hold("g", "b", (15, 20))
+    t.cursors["g"] = 20
+    assert t.pending["g"]["a"] == [(0, 15)] and t.committed("g") == 0
+    assert t.commit("g", "a", 9) == 1 and t.pending["g"]["a"] == [(10, 15)]
+    assert t.committed("g") == 10
+    # The snapshot keeps pending ranges (not the session clock); v2 snapshots still load.
+    back = CursorTable.decode(t.encode())
+    assert back.pending == t.pending and back.cursors == t.cursors and not back.seen
+    # a is silent past its session, b is not: a's range becomes an orphan.
+    t.touch("g", "b", now=2.5, session_s=3.0)
+    assert t.expire("g", now=3.5) == ["a"]
+    assert t.next_orphan("g") == (10, 15) and "a" not in t.members("g")
+    assert t.committed("g") == 10  # an orphan is not processed yet
+    t.settle_orphan("g", (10, 12))  # handed out in part
+    assert t.orphans("g") == [(12, 15)]
+    t.settle_orphan("g", (12, 15))
+    assert t.next_orphan("g") is None
+    t.commit("g", "b", 19)
+    assert t.committed("g") == 20
+    # Leaving orphans at once; a consumer holding MAX_PENDING ranges must commit first.
+    t.hold("g", "b", (30, 31))
+    t.orphan("g", "b")
+    assert t.orphans("g") == [(30, 31)]
+    for i in range(MAX_PENDING):
+        t.hold("g", "c", (100 + 2 * i, 101 + 2 * i))
+    with pytest.raises(InvalidArgument, match="commit before consuming more"):
+        t.check_room("p", "g", "c")
+    # After a load a pending consumer starts a fresh session (a move is no silence).
+    loaded = CursorTable.decode(t.encode())
+    assert loaded.expire("g", now=1000.0) == []
+    assert loaded.expire("g", now=1000.0 + DEFAULT_SESSION_S + 1) == ["c"]

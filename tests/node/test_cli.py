@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from base64 import b64decode
 from pathlib import Path
 
 import pytest
@@ -64,13 +65,19 @@ def test_produce_and_consume(node: LocalNode) -> None:
     assert summary["messages"] == 3 and summary["first_offset"] >= first + 5000
     start = summary["first_offset"]
 
-    out = run("consume", *addr, "--count", "5003").stdout.splitlines()
+    out = run("consume", *addr, "--count", "5003", "--show-internal").stdout.splitlines()
     msgs = [json.loads(line) for line in out]
     assert len(msgs) == 5003
-    assert [m["payload"] for m in msgs[-3:]] == ["a", "b", "c"]
-    assert msgs[0]["payload"] == "x" * 64 and msgs[0]["offset"] == first
+    assert [b64decode(m["payload"]) for m in msgs[-3:]] == [b"a", b"b", b"c"]
+    assert b64decode(msgs[0]["payload"]) == b"x" * 64 and msgs[0]["offset"] == first
     assert all(m["properties"]["_vc"] == "cli_v1" for m in msgs[-3:])
-    assert all(m["term"] == 1 and int(m["properties"]["_tt"]) == m["time_tick"] for m in msgs)
+    assert all(
+        m["properties"]["_wt"] == "1" and int(m["properties"]["_tt"]) == m["time_tick"]
+        for m in msgs
+    )
+    # Without --show-internal the system's properties stay out of the way.
+    hidden = json.loads(run("consume", *addr, "--from", str(first), "--count", "1").stdout)
+    assert hidden["properties"] == {} and hidden["key"] is None
     offsets = [m["offset"] for m in msgs]
     assert offsets == sorted(offsets)
 
@@ -94,7 +101,7 @@ def test_cli_errors_are_clear(node: LocalNode) -> None:
     assert proc.returncode != 0 and "CHANNEL_NOT_EXIST" in proc.stderr
     proc = run("consume", "--node", node.address, "--pchannel", "x", "--term", "1",
                "--from", "soon", ok=False)  # fmt: skip
-    assert proc.returncode == 2 and "all, latest or an offset" in proc.stderr
+    assert proc.returncode == 2 and "earliest, latest or an offset" in proc.stderr
 
 
 def test_sync_client(node: LocalNode) -> None:

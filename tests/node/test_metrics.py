@@ -21,6 +21,34 @@ async def _eventually(check, timeout: float = 10.0):
             await asyncio.sleep(0.1)
 
 
+def _python_info() -> dict[str, str]:
+    import platform
+
+    major, minor, patch = platform.python_version_tuple()
+    return {
+        "implementation": platform.python_implementation(),
+        "major": major,
+        "minor": minor,
+        "patchlevel": patch,
+        "version": platform.python_version(),
+    }
+
+
+async def test_an_idle_pchannel_appends_ticks_not_messages(start_node, pchannel) -> None:
+    """An idle pchannel's time ticks used to count as appended messages (~4/s)."""
+    port = free_port()
+    node = start_node("n1", "--metrics", f"127.0.0.1:{port}", "--time-tick-interval", "0.05")
+    async with NodeClient(node.address) as c:
+        await c.assign(pchannel, 1)
+
+        def ticking() -> None:
+            m = scrape(port)
+            assert sample(m, "streamwal_appended_time_ticks_total", pchannel=pchannel) >= 5
+            assert sample(m, "streamwal_appended_messages_total", pchannel=pchannel) == 0
+
+        await _eventually(ticking)
+
+
 async def test_metrics_after_traffic(start_node, pchannel) -> None:
     port = free_port()
     node = start_node("n1", "--metrics", f"127.0.0.1:{port}")
@@ -39,7 +67,12 @@ async def test_metrics_after_traffic(start_node, pchannel) -> None:
 
         def busy() -> None:
             m = scrape(port)
-            assert sample(m, "streamwal_appended_messages_total", pchannel=p) >= count + 1
+            # Exactly what the producer sent: the node's idle time ticks count apart.
+            assert sample(m, "streamwal_appended_messages_total", pchannel=p) == count + 1
+            # the consumers got all of it (time ticks not counted): the consume rate
+            assert sample(m, "streamwal_delivered_messages_total", pchannel=p) >= count + 2
+            assert sample(m, "process_resident_memory_bytes") > 0
+            assert sample(m, "python_info", **_python_info()) == 1
             assert sample(m, "streamwal_appended_bytes_total", pchannel=p) >= count * size
             assert sample(m, "streamwal_active_producers", pchannel=p) == 1
             assert sample(m, "streamwal_active_consumers", pchannel=p) == 2

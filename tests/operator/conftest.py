@@ -33,8 +33,10 @@ if str(ROOT) not in sys.path:
 from kubernetes import client  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
 
+from streamwal import transport  # noqa: E402
 from streamwal.proto import streaming_pb2 as pb  # noqa: E402
 from streamwal.proto import streaming_pb2_grpc as pbg  # noqa: E402
+from streamwal.proto import wire_pb2  # noqa: E402
 from streamwal.testing.local_node import LocalNode  # noqa: E402
 from tests.control_plane import ControlPlane  # noqa: E402
 from tests.kube import conftest as kube  # noqa: E402
@@ -80,8 +82,16 @@ def log_time(text: str, msg: str) -> float | None:
 
 
 def collect_status(address: str, timeout: float = 2.0) -> dict[str, int]:
-    """{pchannel: term} a node serves, from its CollectStatus."""
+    """{pchannel: term} a node serves, from its CollectStatus (on the internal listener,
+    whose port the node's Describe names)."""
     with grpc.insecure_channel(address) as ch:
+        describe = ch.unary_unary(
+            transport.DESCRIBE,
+            request_serializer=wire_pb2.DescribeNodeRequest.SerializeToString,
+            response_deserializer=wire_pb2.DescribeNodeResponse.FromString,
+        )
+        port = describe(wire_pb2.DescribeNodeRequest(), timeout=timeout).internal_port
+    with grpc.insecure_channel(f"{address.rpartition(':')[0]}:{port}" if port else address) as ch:
         stub = pbg.StreamingNodeManagerServiceStub(ch)
         resp = stub.CollectStatus(pb.StreamingNodeManagerCollectStatusRequest(), timeout=timeout)
     return {c.pchannel.name: c.pchannel.term for c in resp.channels}
@@ -209,8 +219,16 @@ class Cluster:
 
     # ------------------------------------------------------------ pods
     def add_node(
-        self, node_id: int, env: dict[str, str] | None = None, extra_args: tuple[str, ...] = ()
+        self,
+        node_id: int,
+        env: dict[str, str] | None = None,
+        extra_args: tuple[str, ...] = (),
+        node_name: str | None = None,
     ) -> LocalNode:
+        """A node process on 127.0.0.<id+1> and its Pod, Ready. `node_name` schedules the
+        pod on a (fictitious) Kubernetes node: its deletion is then graceful (the API
+        server sets deletionTimestamp and keeps it until deleted with grace 0), as a
+        kubelet-run pod's is."""
         node = LocalNode(
             self.tmp / f"node{node_id}" / "data",
             node_id=node_id,
@@ -227,13 +245,14 @@ class Cluster:
                 "labels": {**NODE_LABELS, "apps.kubernetes.io/pod-index": str(node_id)},
             },
             "spec": {
+                **({"nodeName": node_name} if node_name else {}),
                 "containers": [
                     {
                         "name": "node",
                         "image": "streamwal:test",
                         "ports": [{"name": "grpc", "containerPort": node.port}],
                     }
-                ]
+                ],
             },
         }
         self.kubectl("apply", "-f", "-", stdin=json.dumps(pod))
