@@ -99,6 +99,7 @@ class NodeService:
         self.max_pending_answers = cfg.max_pending_answers
         self._ids = itertools.count(1)
         self.serving = True
+        self.probe_port = 0  # the probe port, set by the server once bound (0: none)
         limits = TxnLimits(
             cfg.txn_keepalive_s,
             cfg.txn_max_keepalive_s,
@@ -295,7 +296,9 @@ class NodeService:
     async def collect_status(self, request, context):
         async def act(_req):
             resp = pb.StreamingNodeManagerCollectStatusResponse(
-                server_id=self.node_id, wall_time_ms=time.time_ns() // 1_000_000
+                server_id=self.node_id,
+                wall_time_ms=time.time_ns() // 1_000_000,
+                probe_port=self.probe_port,
             )
             for ch in self.wal.channels.values():
                 if not ch.core.known or not ch.core.reported:

@@ -63,6 +63,7 @@ from streamwal.node.fencing import (
 from streamwal.node.group_commit import GroupCommitter
 from streamwal.node.health import WriteHealth
 from streamwal.node.log_store import LogStore, StoreCorruption, StoreUnwritable, log_key
+from streamwal.node.meta_writer import MetaWriter
 from streamwal.node.metrics import ChannelState, NodeMetrics
 from streamwal.node.producers import (
     BatchResult,
@@ -156,6 +157,7 @@ def validate_name(name: str) -> None:
 class Wal:
     def __init__(self, store: LogStore, config: NodeConfig, metrics: NodeMetrics) -> None:
         self.store = store
+        self.metas = MetaWriter(store)  # durable meta writes, coalesced
         self.config = config
         self.metrics = metrics
         self.channels: dict[str, Channel] = {}
@@ -426,10 +428,9 @@ class Wal:
         return await drive(steps, lambda step: self._step(ch, step))
 
     async def _step(self, ch: Channel, step: Effect) -> Any:
-        loop = asyncio.get_running_loop()
         name = ch.name
         if isinstance(step, PersistMeta):
-            await loop.run_in_executor(None, self.store.save_meta, name, step.meta)
+            await self.metas.save(name, step.meta)
         elif isinstance(step, Drain):
             while not ch.core.drained and not self._closing:
                 await ch.wait_changed(0.05)
