@@ -10,6 +10,7 @@ await wal.close()
 from __future__ import annotations
 
 import asyncio
+import os
 
 from streamwal.client.accessor import WALAccessor, WALLocatedRemote
 from streamwal.client.append import AppendOption, AppendResponses, AppendResult, Message
@@ -33,14 +34,19 @@ async def connect(
     failover_timeout: float = 30.0,
     transport: TransportConfig | None = None,
 ) -> WALAccessor:
-    """The WAL accessor of the cluster whose coord is at `coord` (HOST:PORT), or of the
-    streamwal installation in Kubernetes `namespace` (its coord Service; `kubeconfig` and
-    `service` as in `kube_discovery.coord_address_in_namespace`).
+    """The WAL accessor of the cluster whose coord is at `coord` (HOST:PORT; default: the
+    STREAMWAL_COORD variable, as the CLI), or of the streamwal installation in Kubernetes
+    `namespace` (its coord Service; `kubeconfig` and `service` as in
+    `kube_discovery.coord_address_in_namespace`).
 
     `timeout` bounds the wait for the first assignment; `failover_timeout` how long an
     append or read waits for a pchannel's next owner."""
+    if coord is None and namespace is None:
+        coord = os.environ.get("STREAMWAL_COORD") or None
     if (coord is None) == (namespace is None):
-        raise InvalidArgument("connect needs either coord='HOST:PORT' or namespace='NS'")
+        raise InvalidArgument(
+            "connect needs either coord='HOST:PORT' (or STREAMWAL_COORD) or namespace='NS'"
+        )
     if namespace is not None:
         coord = await asyncio.to_thread(
             coord_address_in_namespace, namespace, kubeconfig=kubeconfig, service=service

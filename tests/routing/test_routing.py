@@ -123,14 +123,14 @@ async def test_routed_consumer_resumes_after_a_move_without_gaps_or_duplicates(
 
 
 async def test_sync_twin_produces_and_reads_through_the_coord(make_cluster) -> None:
-    from streamwal.client.sync_wal import connect_sync
+    from streamwal.client import connect
 
     cluster = await make_cluster(nodes=2)
     (name,) = await cluster.create_channels(1)
 
     def script() -> list[bytes]:
-        with connect_sync(cluster.coord_address) as wal:
-            producer = wal.producer(f"{name}_v1")
+        with connect(cluster.coord_address) as wal:
+            producer = wal.new_producer(f"{name}_v1")
             producer.send_many([b"a", b"b"])
             producer.send(b"c")
             producer.close()
