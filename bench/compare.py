@@ -23,13 +23,24 @@ from streamwal.bench.interleaved import interleaved_latency
 from streamwal.bench.runner import produce_key, run_system, steps, with_latency
 from streamwal.bench.workloads import Plan, System
 
-PEERS = ("streamwal", "streamwal_async", "streamwal_r3", "redis", "redis_always", "nats")
+PEERS = (
+    "streamwal",
+    "streamwal_async",
+    "streamwal_r3",
+    "redis",
+    "redis_always",
+    "redis_r3",
+    "nats",
+    "nats_r3",
+)
+# The replicated run is compared with the replicated peers only.
+REPLICATED = {"streamwal_r3": ("redis_r3", "nats_r3")}
 FAILOVER_KILLS = {"full": 5, "quick": 2, "smoke": 1}
 
 
 def make_systems(only: tuple[str, ...]) -> list[System]:
-    from streamwal.bench.peer_nats import NatsJetStream
-    from streamwal.bench.peer_redis import RedisStreams
+    from streamwal.bench.peer_nats import NatsCluster, NatsJetStream
+    from streamwal.bench.peer_redis import RedisReplicated, RedisStreams
     from streamwal.bench.sys_streamwal import Streamwal
 
     made = {
@@ -40,7 +51,9 @@ def make_systems(only: tuple[str, ...]) -> list[System]:
         "streamwal_r3": lambda: Streamwal(replicas=3),
         "redis": RedisStreams,
         "redis_always": lambda: RedisStreams("always"),
+        "redis_r3": RedisReplicated,
         "nats": NatsJetStream,
+        "nats_r3": NatsCluster,
     }
     return [made[n]() for n in PEERS if not only or n in only]
 
@@ -138,8 +151,8 @@ async def run_compare(
             if "error" in noop
             else report.ceiling_entry(noop, rocks)
         )
-    for subject in ("streamwal", "streamwal_async"):
-        vs = report.ratios(systems, subject)
+    for subject in ("streamwal", "streamwal_async", *REPLICATED):
+        vs = report.ratios(systems, subject, REPLICATED.get(subject))
         if vs:
             systems[subject]["vs"] = vs
     return systems

@@ -2,7 +2,8 @@
 
 Fastest honest use: `publish_async` for a whole batch of outstanding publishes, then
 wait for all their acks; reads through a pull consumer fetching batches, AckNone (a
-log reader that keeps its own position, as the other systems' readers do).
+log reader that keeps its own position, as the other systems' readers do). The
+replicated peer (`nats_r3`) is a cluster of three servers with a replicas-3 stream.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
+import time
 from pathlib import Path
 
 import nats
@@ -22,6 +24,11 @@ DURABILITY = (
     "the server fsyncs on a timer (not per ack), so a machine crash may lose "
     "recently acked messages"
 )
+REPLICATED = (
+    "JetStream file storage, 3 replicas on a 3-server cluster: acked once a majority "
+    "of the stream's replicas wrote it to the OS (each fsyncs on a timer, not per ack)"
+)
+READY_S = 30.0  # a new cluster elects its JetStream meta leader, then the stream's
 
 
 def _subject(stream: str) -> str:
@@ -69,6 +76,7 @@ class NatsJetStream(OneServer):
 
     name = "nats"
     durability = DURABILITY
+    replicas = 1
 
     def __init__(self) -> None:
         self._server: Server | None = None
@@ -105,7 +113,12 @@ class NatsJetStream(OneServer):
     async def create_stream(self, stream: str) -> None:
         js = self._admin.jetstream()
         await js.add_stream(
-            StreamConfig(name=stream, subjects=[_subject(stream)], storage=StorageType.FILE)
+            StreamConfig(
+                name=stream,
+                subjects=[_subject(stream)],
+                storage=StorageType.FILE,
+                num_replicas=self.replicas,
+            )
         )
 
     async def drop_stream(self, stream: str) -> None:
@@ -124,3 +137,58 @@ class NatsJetStream(OneServer):
             config=ConsumerConfig(ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL),
         )
         return NatsReader(nc, sub, batch)
+
+
+class NatsCluster(NatsJetStream):
+    """`nats_r3`: three nats-servers routed into one JetStream cluster, each with its own
+    store; clients connect to the first, the stream has 3 replicas (a majority acks)."""
+
+    name = "nats_r3"
+    durability = REPLICATED
+    replicas = 3
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._others: list[Server] = []
+
+    async def start(self, workdir: Path) -> None:
+        binary = shutil.which("nats-server") or "/usr/sbin/nats-server"
+        ports = [free_port() for _ in range(3)]
+        routes = [free_port() for _ in range(3)]
+        servers = []
+        for i, (port, route) in enumerate(zip(ports, routes, strict=True)):
+            store = workdir / f"jetstream{i}"
+            store.mkdir(exist_ok=True)
+            peers = ",".join(f"nats://{HOST}:{r}" for r in routes if r != route)
+            argv = [binary, "-js", "-n", f"s{i}", "-a", HOST, "-p", str(port), "-sd", str(store)]
+            argv += ["--cluster_name", "bench", "--cluster", f"nats://{HOST}:{route}"]
+            argv += ["--routes", peers]
+            server = Server(f"{self.name}_s{i}", argv, workdir)
+            server.start()
+            servers.append(server)
+        self._server, self._others = servers[0], servers[1:]
+        for server, port in zip(servers, ports, strict=True):
+            await server.wait_ready(lambda port=port: port_open(port))
+        self._url = f"nats://{HOST}:{ports[0]}"
+        self._admin = await self._connect()
+        await self._wait_jetstream(READY_S)
+
+    async def _wait_jetstream(self, timeout: float) -> None:
+        """Until the cluster can place a replicas-3 stream (its meta leader is elected)."""
+        deadline = time.monotonic() + timeout
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            try:
+                await self.create_stream("ready")
+                await self.drop_stream("ready")
+                return
+            except (nats.errors.Error, TimeoutError) as err:
+                last = err
+                await asyncio.sleep(0.2)
+        raise TimeoutError(f"{self.name}: JetStream not ready after {timeout} s: {last}")
+
+    async def stop(self) -> None:
+        for server in self._others:
+            server.stop()
+        self._others = []
+        await super().stop()

@@ -1,12 +1,16 @@
 """Redis Streams as a peer: `redis-server` with AOF, client `redis` (asyncio, hiredis).
 
 Fastest honest use: XADD pipelined without MULTI (one round trip per batch), XREAD with
-COUNT for the catch-up and the live tail, one connection per producer.
+COUNT for the catch-up and the live tail, one connection per producer. The replicated
+peer (`redis_r3`) is a primary with two replicas and `WAIT 1` at the end of each
+pipeline, still one round trip: a batch is acknowledged once one replica has it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import shutil
+import time
 from pathlib import Path
 
 import redis.asyncio as aioredis
@@ -19,21 +23,35 @@ _DURABILITY = {
     "always": "AOF appendfsync always: fsync of the AOF before replies are sent "
     "(one fsync per event-loop round, shared by the clients in it)",
 }
+REPLICATED = (
+    "primary + 2 replicas, AOF everysec on each: acked once the primary and 1 replica hold "
+    "it in memory (WAIT 1 after each pipeline); nobody fsyncs before the ack"
+)
+WAIT_MS = 5000  # WAIT's own bound: fewer replicas than asked by then is an error
+
+
+class ReplicaMissing(RuntimeError):
+    """WAIT returned before a replica had the batch: the ack would not mean what it says."""
 
 
 class RedisProducer:
-    def __init__(self, client: aioredis.Redis, stream: str) -> None:
+    def __init__(self, client: aioredis.Redis, stream: str, wait_replicas: int = 0) -> None:
         self._client = client
         self._stream = stream
+        self._wait = wait_replicas
 
     async def send_batch(self, payloads: list[bytes]) -> None:
         pipe = self._client.pipeline(transaction=False)
         for p in payloads:
             pipe.xadd(self._stream, {"d": p})
-        await pipe.execute()
+        if self._wait:
+            pipe.execute_command("WAIT", self._wait, WAIT_MS)
+        replies = await pipe.execute()
+        if self._wait and replies[-1] < self._wait:
+            raise ReplicaMissing(f"WAIT {self._wait}: {replies[-1]} replica(s) acknowledged")
 
     async def send_one(self, payload: bytes) -> None:
-        await self._client.xadd(self._stream, {"d": payload})
+        await self.send_batch([payload])
 
     async def close(self) -> None:
         await self._client.aclose()
@@ -67,6 +85,7 @@ class RedisStreams(OneServer):
         if fsync not in _DURABILITY:
             raise ValueError(f"appendfsync {fsync!r} is not one of {sorted(_DURABILITY)}")
         self.fsync = fsync
+        self.wait_replicas = 0
         self.name = "redis" if fsync == "everysec" else f"redis_{fsync}"
         self.durability = _DURABILITY[fsync]
         self._server: Server | None = None
@@ -79,34 +98,34 @@ class RedisStreams(OneServer):
         # MaxConnectionsError instead of waiting; the default cap is unbounded.
         return aioredis.Redis(host=HOST, port=self._port)
 
-    async def start(self, workdir: Path) -> None:
+    def _argv(self, port: int, workdir: Path, *extra: str) -> list[str]:
         binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+        return [
+            binary,
+            "--bind",
+            HOST,
+            "--port",
+            str(port),
+            "--dir",
+            str(workdir),
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            self.fsync,
+            "--save",
+            "",
+            "--protected-mode",
+            "no",
+            "--daemonize",
+            "no",
+            "--logfile",
+            "",
+            *extra,
+        ]
+
+    async def start(self, workdir: Path) -> None:
         self._port = free_port()
-        self._server = Server(
-            self.name,
-            [
-                binary,
-                "--bind",
-                HOST,
-                "--port",
-                str(self._port),
-                "--dir",
-                str(workdir),
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                self.fsync,
-                "--save",
-                "",
-                "--protected-mode",
-                "no",
-                "--daemonize",
-                "no",
-                "--logfile",
-                "",
-            ],
-            workdir,
-        )
+        self._server = Server(self.name, self._argv(self._port, workdir), workdir)
         self._server.start()
         await self._server.wait_ready(lambda: port_open(self._port))
         self._admin = self._client()
@@ -128,7 +147,52 @@ class RedisStreams(OneServer):
         await self._admin.delete(stream)
 
     async def producer(self, stream: str) -> RedisProducer:
-        return RedisProducer(self._client(), stream)
+        return RedisProducer(self._client(), stream, self.wait_replicas)
 
     async def reader(self, stream: str, batch: int) -> RedisReader:
         return RedisReader(self._client(), stream, batch)
+
+
+class RedisReplicated(RedisStreams):
+    """`redis_r3`: a primary and two replicas (`replicaof`), each its own process and
+    directory; producers write to the primary and WAIT for one replica, readers read the
+    primary (as the other peers' readers read their leader)."""
+
+    def __init__(self) -> None:
+        super().__init__("everysec")
+        self.name = "redis_r3"
+        self.durability = REPLICATED
+        self.wait_replicas = 1
+        self._replicas: list[Server] = []
+
+    async def start(self, workdir: Path) -> None:
+        primary = workdir / "primary"
+        primary.mkdir(exist_ok=True)
+        await super().start(primary)
+        for i in (1, 2):
+            home = workdir / f"replica{i}"
+            home.mkdir(exist_ok=True)
+            port = free_port()
+            argv = self._argv(port, home, "--replicaof", HOST, str(self._port))
+            server = Server(f"{self.name}_replica{i}", argv, home)
+            server.start()
+            self._replicas.append(server)
+            await server.wait_ready(lambda port=port: port_open(port))
+        await self._wait_replicas_online(20.0)
+
+    async def _wait_replicas_online(self, timeout: float) -> None:
+        assert self._admin is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            info = await self._admin.info("replication")
+            online = [v for k, v in info.items() if k.startswith("slave") and isinstance(v, dict)]
+            if sum(1 for v in online if v.get("state") == "online") == 2:
+                return
+            await asyncio.sleep(0.1)
+        raise TimeoutError(f"{self.name}: 2 replicas not online after {timeout} s")
+
+    async def stop(self) -> None:
+        for server in self._replicas:
+            server.stop()
+        self._replicas = []
+        await super().stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from streamwal.bench.runner import produce_key
@@ -47,15 +48,19 @@ def ceiling_entry(noop: dict, rocks: dict[str, dict]) -> dict:
     }
 
 
-def ratios(systems: dict[str, dict], subject: str = "streamwal") -> dict[str, float]:
-    """`subject` (a streamwal run) against each peer and the ceiling (>1: streamwal is
-    better); streamwal's other runs are not peers."""
+def ratios(
+    systems: dict[str, dict], subject: str = "streamwal", peers: Sequence[str] | None = None
+) -> dict[str, float]:
+    """`subject` (a streamwal run) against each peer and the ceiling, or only against
+    `peers` (>1: streamwal is better); streamwal's other runs are not peers."""
     me = systems.get(subject)
     if not me or "error" in me:
         return {}
     out: dict[str, float] = {}
     for name, other in systems.items():
         if name.startswith("streamwal") or "error" in other:
+            continue
+        if peers is not None and name not in peers:
             continue
         label = "ceiling" if name == "ceiling" else name
         out[f"produce_x_{label}"] = me["produce_msgs_per_s"] / other["produce_msgs_per_s"]
@@ -129,7 +134,22 @@ def table(systems: dict[str, dict], sizes: tuple[int, ...], producers: tuple[int
         "  ".join(c.rjust(widths[i]) if i else c.ljust(widths[i]) for i, c in enumerate(r))
         for r in rows
     ]
-    return "\n".join([*lines, "durability (what an ack means):", *notes])
+    return "\n".join([*lines, "durability (what an ack means):", *notes, *_ratio_lines(systems)])
+
+
+def _ratio_lines(systems: dict[str, dict]) -> list[str]:
+    """One line per streamwal run and peer: produce and catch-up as ratios, p99 as a difference."""
+    out = []
+    for name, e in systems.items():
+        peers = sorted({k.split("_x_", 1)[1] for k in e.get("vs", {}) if "_x_" in k})
+        for peer in peers:
+            vs = e["vs"]
+            out.append(
+                f"  {name} vs {peer}: produce {vs[f'produce_x_{peer}']:.2f}x, "
+                f"catch-up {vs[f'consume_x_{peer}']:.2f}x, "
+                f"p99 {vs[f'p99_ms_minus_{peer}']:+.2f} ms"
+            )
+    return ["ratios (>1x: streamwal ahead):", *out] if out else []
 
 
 def plot(systems: dict[str, dict], out: Path, title: str) -> Path:

@@ -199,6 +199,7 @@ def _load(path: str) -> click.Command:
     lazy={
         "dev": "streamwal.testing.dev:dev",
         "node": "streamwal.node.cli:node",
+        "wait-drained": "streamwal.node.cli:wait_drained",
         "produce": "streamwal.client.cli:produce",
         "consume": "streamwal.client.cli:consume",
         "bench": "streamwal.bench.cli:bench",

@@ -21,6 +21,7 @@ from streamwal.cli import (
     check_address,
     coord_option,
 )
+from streamwal.coord.liveness import DEFAULT_GRACE, DEFAULT_PROBE_INTERVAL
 
 
 class _Nodes(click.ParamType):
@@ -66,17 +67,18 @@ class _Nodes(click.ParamType):
 )
 @click.option(
     "--probe-interval",
-    default=0.5,
+    default=DEFAULT_PROBE_INTERVAL,
     show_default=True,
     type=SECONDS,
     help="Seconds between probes of a node.",
 )
 @click.option(
     "--grace",
-    default=1.5,
+    default=DEFAULT_GRACE,
     show_default=True,
     type=SECONDS,
-    help="Seconds without an answer before a node is lost.",
+    help="Seconds without an answer before a node is lost; also how long a pchannel that "
+    "allows data loss waits for its only copy's node before moving without it.",
 )
 @click.option(
     "--max-moves",
@@ -207,6 +209,12 @@ def call(address: str, method: str, request):
     "acknowledged once a majority stored a message.",
 )
 @click.option(
+    "--allow-data-loss",
+    is_flag=True,
+    help="A single-replica pchannel whose node is gone for the coord's grace period moves "
+    "without its records (unclean failover). Default: it waits for that node.",
+)
+@click.option(
     "--retention",
     default=None,
     type=Duration(low=0.001, high=100 * 365 * 86_400),
@@ -226,6 +234,7 @@ def create(
     role: str,
     description: str,
     replicas: int,
+    allow_data_loss: bool,
     retention: float | None,
     retention_size: int | None,
 ) -> None:
@@ -237,7 +246,9 @@ def create(
     if names and (count is not None or prefix):
         raise click.UsageError("give channel NAMES or --count/--prefix, not both")
     owner = cpb.OwnerDescription(role=role, description_text=description)
-    request = cpb.CreateChannelsRequest(owner=owner, replicas=replicas, names=list(names))
+    request = cpb.CreateChannelsRequest(
+        owner=owner, replicas=replicas, names=list(names), allow_data_loss=allow_data_loss
+    )
     if not names:
         request.num_channels = count or 1
         request.prefix = prefix

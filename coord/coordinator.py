@@ -31,17 +31,26 @@ from streamwal.coord.broadcaster import Broadcaster
 from streamwal.coord.channel_records import ChannelRecords
 from streamwal.coord.discovery import AssignmentHub
 from streamwal.coord.executor import Executor, Links, Listener, StepHook
-from streamwal.coord.liveness import Liveness, LivenessTracker
+from streamwal.coord.liveness import (
+    DEFAULT_GRACE,
+    DEFAULT_PROBE_INTERVAL,
+    Liveness,
+    LivenessTracker,
+)
 from streamwal.coord.memory import Memory, NodeReport
 from streamwal.coord.meta_store import MetaStore, check_name
 from streamwal.coord.metrics import CoordMetrics
 from streamwal.coord.node_link import NodeLinks
 from streamwal.errors import ChannelNotExist, Inner, InvalidArgument, StreamingError
+from streamwal.logs import Repeats
 from streamwal.proto import coord_pb2 as cpb
 from streamwal.proto import streaming_pb2 as pb
 from streamwal.tasks import cancel_and_wait
 
 log = logging.getLogger("streamwal.coord")
+# Every client of a pchannel reports the same error until the next round has acted on it:
+# logged once per pchannel, term and code, then with counts.
+_REPORTED = Repeats()
 
 MAX_CREATE = 1024
 MAX_REPLICAS = 9
@@ -52,8 +61,8 @@ class CoordConfig:
     """How the coord watches nodes and moves channels."""
 
     nodes: dict[int, str]
-    probe_interval: float = 0.5
-    grace: float = 1.5
+    probe_interval: float = DEFAULT_PROBE_INTERVAL
+    grace: float = DEFAULT_GRACE
     max_moves_per_round: int = 1
     tolerance: int = 1
     rebalance_interval: float = 30.0
@@ -107,6 +116,9 @@ class Coordinator:
         # (kinds: assigned, failover, assign-failed, unclean-failover, unavailable).
         self.active = True
         self.listener: Listener | None = None
+        self.draining: set[int] = set()  # nodes being stopped (pods deleted): drained
+        self.labels: dict[int, Mapping[str, str]] = {}  # node -> labels (placement)
+        self.domains: dict[int, str] = {}  # node -> topology domain (anti-affinity)
         self.broadcaster = Broadcaster(self)
 
     # ----------------------------------------------------------------- lifecycle
@@ -162,12 +174,22 @@ class Coordinator:
             except Exception:
                 log.exception("listener failed", extra={"pchannel": name, "kind": kind})
 
-    def set_nodes(self, nodes: dict[int, str]) -> None:
+    def set_nodes(
+        self,
+        nodes: dict[int, str],
+        labels: Mapping[int, Mapping[str, str]] | None = None,
+        domains: Mapping[int, str] | None = None,
+    ) -> None:
         """Replace the node set (the operator discovers nodes from pods as they come and go).
 
         A node that leaves the set is no longer probed nor alive, so its channels fail over on
-        the next round; a new node is tracked and probed before it gets channels.
+        the next round; a new node is tracked and probed before it gets channels. `labels`
+        and `domains` (topology domain per node) are what placement constraints match.
         """
+        attrs = (dict(labels or {}), dict(domains or {}))
+        if attrs != (self.labels, self.domains):
+            self.labels, self.domains = attrs
+            self.wake()
         if nodes == self.config.nodes:
             return
         now = self.clock()
@@ -208,8 +230,30 @@ class Coordinator:
 
     def avoided(self) -> set[int]:
         """Nodes that take no new pchannels and hand over what they lead: drained ones,
-        and those whose clock is too far off (time ticks would run ahead there)."""
-        return self.drained() | set(self.skewed)
+        those being stopped (`set_draining`), and those whose clock is too far off (time
+        ticks would run ahead there)."""
+        return self.drained() | self.draining | set(self.skewed)
+
+    def set_draining(self, nodes: set[int]) -> None:
+        """Nodes about to stop (the operator: pods being deleted): drained until they
+        leave the node set, so that their leaderships move cleanly before they go."""
+        if nodes != self.draining:
+            log.info("nodes draining", extra={"nodes": sorted(nodes)})
+            self.draining = set(nodes)
+            self._rebalance_due = True
+            self.wake()
+
+    def _single_on_avoided(self) -> bool:
+        """Whether a single-replica pchannel is still served by an avoided node (the
+        rebalance that moves it off stays due until none is)."""
+        avoided = self.avoided()
+        return any(
+            not rs.is_replicated(s.record)
+            and s.record.meta.state == sm.ASSIGNED
+            and s.record.meta.node.server_id in avoided
+            for s in self.records.all().values()
+            if not s.record.destroyed
+        )
 
     def describe(self, names: list[str]) -> list[cpb.ChannelDescription]:
         """Descriptions of `names` (all live channels when empty); unknown names raise."""
@@ -226,6 +270,7 @@ class Coordinator:
                 owner=record.owner,
                 meta=record.meta,
                 data_loss=self.memory.data_loss.get(n, ""),
+                allow_data_loss=record.allow_data_loss,
                 retention=record.retention,
             )
             pl.describe_replication(record, self.memory.reports, description)
@@ -259,6 +304,7 @@ class Coordinator:
         count: int,
         prefix: str = "",
         replicas: int = 1,
+        allow_data_loss: bool = False,
         names: Sequence[str] = (),
         retention: pb.RetentionPolicy | None = None,
     ) -> list[str]:
@@ -266,8 +312,9 @@ class Coordinator:
         named <prefix>_<n>; names never repeat (a destroyed one is not reused either).
 
         `replicas` (0 reads as 1): copies of each log, on distinct nodes; odd, so that a
-        majority quorum exists (the PChannel CRD has the same rule). `retention`: kept
-        in the record and given to every node the pchannel is assigned to."""
+        majority quorum exists (the PChannel CRD has the same rule). `allow_data_loss`:
+        a single copy on a gone node may move without its records (catch_up.hold).
+        `retention`: kept in the record and sent with every Assign of the pchannel."""
         replicas = replicas or 1
         if not (1 <= replicas <= MAX_REPLICAS and replicas % 2 == 1):
             raise InvalidArgument(f"replicas must be odd (1, 3, 5, 7 or 9), got {replicas}")
@@ -284,6 +331,7 @@ class Coordinator:
                 owner=owner,
                 created_at_ms=now_ms,
                 replicas=replicas,
+                allow_data_loss=allow_data_loss,
                 retention=retention,
             )
             await self.records.persist(name, record)
@@ -395,9 +443,14 @@ class Coordinator:
         meta = self.records.metas().get(info.name)
         if meta is None or info.term < meta.channel.term:
             return  # unknown, or the client's view is older than ours: it will get ours
-        log.info(
+        _REPORTED.log(
+            log,
+            logging.INFO,
             "assignment error reported",
-            extra={"pchannel": info.name, "term": info.term, "code": err.code},
+            (info.name, info.term, err.code),
+            pchannel=info.name,
+            term=info.term,
+            code=err.code,
         )
         self.memory.recheck.add(info.name)
         self.wake()
@@ -529,6 +582,9 @@ class Coordinator:
             rebalance_due=self._rebalance_due,
             max_moves=self.config.max_moves_per_round,
             tolerance=self.config.tolerance,
+            grace=self.config.grace,
+            labels=self.labels,
+            domains=self.domains,
         )
 
     async def reconcile_once(self) -> None:
@@ -542,7 +598,7 @@ class Coordinator:
         seen = self._observe_liveness(frozenset(await self._rechecks()))
         plan = pl.plan(self._snapshot(), seen, now)
         if plan.rebalanced:
-            self._rebalance_due = False
+            self._rebalance_due = self._single_on_avoided()
         for job in plan.fence:  # fenced once per observation; the next probe tells
             report = self.memory.reports.get(job.node.server_id)
             if report is not None:

@@ -137,8 +137,16 @@ class Executor:
             return sagas.rejoin(record, job.nodes, ctx)
         if isinstance(job, pl.CompleteJoint):
             return sagas.complete_joint(record)
+        if isinstance(job, pl.ApplyRetention):
+            return sagas.apply_retention(record, ctx)
+        if isinstance(job, pl.Unschedulable):
+            if job.reason:
+                self.memory.unschedulable[name] = job.reason
+            else:
+                self.memory.unschedulable.pop(name, None)
+            return sagas.unschedulable(record, job.reason)
         if isinstance(job, pl.MarkUnavailable):
-            return sagas.mark_unavailable(record, job.node, job.reason)
+            return sagas.mark_unavailable(record, job.node, job.reason, job.code)
         raise AssertionError(f"unknown job {job!r}")
 
     def _remember(self, job: pl.Job, result: sagas.Result) -> None:
@@ -204,12 +212,6 @@ class Executor:
         return None
 
     async def _assign(self, step: sagas.Assign) -> StreamingError | None:
-        stored = self.records.get(step.name)
-        retention = (
-            stored.record.retention
-            if stored is not None and stored.record.HasField("retention")
-            else None
-        )
         try:
             await self.links.assign(
                 step.node.address,
@@ -220,7 +222,7 @@ class Executor:
                 min_next_offset=step.min_next_offset,
                 replica_set=step.replica_set,
                 accept_data_loss=step.accept_data_loss,
-                retention=retention,
+                retention=step.retention,
             )
         except StreamingError as err:
             return err

@@ -26,7 +26,8 @@ otherwise a later leader could be chosen over a copied, "committed" older-term e
 
 While the replica set changes (a lost replica replaced), the previous set votes too (joint
 quorum): a message committed under the old set may still be missing from a majority of
-the new one, so a choice needs a majority of both until the new members have caught up.
+the new one, so a choice needs answers that meet every majority of both sets until the
+new members have caught up (`has_quorum`: a majority of an odd set, half of an even one).
 
 A replica whose log lacks records it acknowledged (corruption found by the node: a
 `data_loss` answer) breaks the induction above: its position no longer says what it
@@ -83,10 +84,24 @@ def majority(size: int) -> int:
     return size // 2 + 1
 
 
+def read_quorum(size: int) -> int:
+    """Replicas of a set of `size` that meet every majority of it (a node commits on a
+    majority of its set): a majority when `size` is odd, half of it when even."""
+    return size - majority(size) + 1
+
+
 def has_quorum(answered: Collection[int], voters: Sequence[Collection[int]]) -> bool:
-    """Whether `answered` holds a majority of every non-empty voting set."""
+    """Whether `answered` meets every majority of every non-empty voting set: then it holds
+    every committed record and, fenced, leaves no old leader a quorum to commit with.
+
+    For odd sets that is a majority. An even set is only ever a previous set (a set
+    placed with one node missing, then grown: 2 of 3, joint until the third has the log),
+    and there it is half: a record committed by a set of 2 is on both, so either one
+    holds it, and fencing either one stops the old leader. Requiring 2 of 2 left such a
+    pchannel without a leader when its leader died before the change completed.
+    """
     got = set(answered)
-    return all(len(got & set(v)) >= majority(len(set(v))) for v in voters if v)
+    return all(len(got & set(v)) >= read_quorum(len(set(v))) for v in voters if v)
 
 
 def choose_leader(

@@ -12,6 +12,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+# The one default of each (coord, operator, their CLIs and the chart's `failover` values).
+# The grace outlasts an ordinary pod restart (container restart, or a StatefulSet pod
+# deleted and recreated on its PVC: typically 5-20 s), so a restarting node is not
+# declared lost. Safe failover does not rest on it (a single copy waits for its node
+# whatever the grace), but it is how long a pchannel that allows data loss waits before
+# moving without its records, and how long a coord waits before replacing an unanswering
+# replicated leader.
+DEFAULT_PROBE_INTERVAL = 0.5
+DEFAULT_GRACE = 30.0
+
 
 class Liveness(StrEnum):
     UNKNOWN = "unknown"

@@ -62,6 +62,8 @@ class Memory:
     # Single-replica pchannels whose only copy lost acknowledged records: why. They are
     # left alone (a move would copy the damaged log) until the loss is accepted.
     data_loss: dict[str, str] = field(default_factory=dict)
+    # Pchannels whose placement leaves them without the nodes they need: why (as said).
+    unschedulable: dict[str, str] = field(default_factory=dict)
     # Nodes whose wall clock is farther than the bound from the coord's: offset (s).
     skewed: dict[int, float] = field(default_factory=dict)
 

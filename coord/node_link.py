@@ -86,8 +86,8 @@ class NodeLinks:
     ) -> None:
         """Assign `name` at `term`; the node first copies what it lacks from `catch_up_from`.
 
-        With `replica_set` the node leads or follows under `term` (replication);
-        `retention`: the pchannel's own bounds (None: the node's defaults)."""
+        With `replica_set` the node leads or follows under `term` (replication); with
+        `retention` it applies that policy (else it keeps the pchannel's current one)."""
         request = pb.StreamingNodeManagerAssignRequest(
             pchannel=pb.PChannelInfo(name=name, term=term),
             catch_up_from=catch_up_from,

@@ -24,7 +24,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from streamwal.coord import balancer
+from streamwal.coord import balancer, catch_up
 from streamwal.coord import replica_set as rs
 from streamwal.coord import state_machine as sm
 from streamwal.coord.memory import Memory, NodeReport
@@ -52,6 +52,9 @@ class Snapshot:
     rebalance_due: bool = False
     max_moves: int = 1
     tolerance: int = 1
+    grace: float = 0.0  # how long an unclean failover waits for a holder out of the node set
+    labels: Mapping[int, Mapping[str, str]] = field(default_factory=dict)  # node -> labels
+    domains: Mapping[int, str] = field(default_factory=dict)  # node -> topology domain
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,7 @@ class MarkUnavailable:
     version: str
     node: int | None
     reason: str = ""
+    code: str = ""  # a machine-readable reason (catch_up.WAITING_FOR_REPLICA), if any
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,24 @@ class CompleteJoint:
 
 
 @dataclass(frozen=True)
+class ApplyRetention:
+    """Give the members the record's retention under the current term (spec changed)."""
+
+    name: str
+    version: str
+
+
+@dataclass(frozen=True)
+class Unschedulable:
+    """The pchannel's placement excludes every node it could use (`reason`), or no longer
+    does (""): tell the user; nothing is persisted."""
+
+    name: str
+    version: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class RemoveStale:
     """Remove a (pchannel, term) a node serves without owning it (best effort)."""
 
@@ -124,7 +146,16 @@ class RemoveStale:
     term: int
 
 
-Job = Reassign | MarkUnavailable | ChangeTerm | Rejoin | CompleteJoint | RemoveStale
+Job = (
+    Reassign
+    | MarkUnavailable
+    | ChangeTerm
+    | Rejoin
+    | CompleteJoint
+    | ApplyRetention
+    | Unschedulable
+    | RemoveStale
+)
 
 
 @dataclass(frozen=True)
@@ -160,9 +191,16 @@ def plan(snapshot: Snapshot, seen: Observations, now: float) -> Plan:
     }
     metas = {n: s.record.meta for n, s in live_records.items()}
 
-    jobs, targets = _single(snapshot, seen, alive, single, metas)
+    jobs, targets = _single(snapshot, seen, alive, single, metas, now)
     leaders = leader_counts(metas.values())
     jobs.extend(_replicated(snapshot, seen, alive, replicated, now))
+    jobs.extend(_unschedulable(snapshot, seen, live_records))
+    busy = {j.name for j in jobs if not isinstance(j, RemoveStale | Unschedulable)}
+    jobs.extend(
+        ApplyRetention(n, s.version)
+        for n, s in sorted(live_records.items())
+        if n not in busy and retention_due(s.record)
+    )
     fence = tuple(remove_stale(snapshot, metas))
     rebalance: tuple[Reassign, ...] = ()
     if snapshot.rebalance_due:
@@ -176,6 +214,7 @@ def _single(
     alive: Collection[int],
     single: Mapping[str, Stored],
     metas: Mapping[str, pb.PChannelMeta],
+    now: float,
 ) -> tuple[list[Job], dict[str, int | None]]:
     """Single-replica pchannels' jobs, and where each one that has a job will be."""
     memory = snapshot.memory
@@ -197,6 +236,15 @@ def _single(
             targets[name] = meta.node.server_id
         elif meta.state == sm.ASSIGNING or sm.needs_assignment(meta, alive):
             need[name] = "placement" if meta.state == sm.UNINITIALIZED else "failover"
+        elif (
+            meta.state == sm.ASSIGNED
+            and owner is not None
+            and owner_alive
+            and owner.server_id in unfit(stored.record, snapshot)
+            and allowed(stored.record, snapshot) & seen.live
+        ):
+            # Its placement (spec changed) excludes its node: it moves, with its log.
+            need[name] = "placement"
 
     placement = {
         n: m.node.server_id
@@ -205,9 +253,41 @@ def _single(
     }
     for name in sorted(need):
         stored = single[name]
+        meta = stored.record.meta
+        holder = catch_up.data_holder(meta, memory.holders.get(name))
+        why = _hold(snapshot, seen, stored.record, holder, now)
+        if why:
+            # Its records are on a gone node: wait for it. Only an ASSIGNED record is
+            # marked (a half-done move keeps its holder in `histories`, which UNAVAILABLE
+            # would not say); the Ready condition tells the user why.
+            if meta.state == sm.ASSIGNED and holder is not None:
+                waiting = catch_up.WAITING_FOR_REPLICA
+                if stored.record.allow_data_loss:
+                    waiting = ""
+                jobs.append(MarkUnavailable(name, stored.version, holder.server_id, why, waiting))
+            targets[name] = None
+            continue
         failed = memory.failed_target.get(name)
+        if (
+            need[name] == "failover"
+            and holder is not None
+            and not _gone(snapshot, seen, holder.server_id)
+            and holder.server_id not in snapshot.drained
+            and holder.server_id != failed
+        ):
+            if holder.server_id not in seen.live:
+                targets[name] = None  # back in the node set, not probed yet: next round
+                continue
+            # The holder is back: it serves its own log again, nothing to copy.
+            placement[name] = holder.server_id
+            targets[name] = holder.server_id
+            jobs.append(
+                Reassign(name, stored.version, _ref(snapshot, holder.server_id), "failover")
+            )
+            continue
         candidates = seen.live - {failed} if seen.live - {failed} else seen.live
-        chosen = balancer.place([name], placement, candidates, snapshot.drained)
+        avoided = snapshot.drained | unfit(stored.record, snapshot)
+        chosen = balancer.place([name], placement, candidates, avoided)
         if name not in chosen:
             # Nowhere to go now; the pchannel waits (and says so) until a node is live.
             meta = stored.record.meta
@@ -223,6 +303,29 @@ def _single(
         targets[name] = chosen[name]
         jobs.append(Reassign(name, stored.version, _ref(snapshot, chosen[name]), need[name]))
     return jobs, targets
+
+
+def _hold(
+    snapshot: Snapshot,
+    seen: Observations,
+    record: cpb.ChannelRecord,
+    holder: sm.NodeRef | None,
+    now: float,
+) -> str:
+    """catch_up.hold for one single-replica pchannel: is its holder gone, since when."""
+    if holder is None:
+        return ""
+    node = holder.server_id
+    left = snapshot.memory.lost_at.get(node)
+    out_of_set = node not in snapshot.nodes
+    gone_for = now - left if out_of_set and left is not None else None
+    gone = _gone(snapshot, seen, node)
+    return catch_up.hold(holder, gone, gone_for, record.allow_data_loss, snapshot.grace)
+
+
+def _gone(snapshot: Snapshot, seen: Observations, node: int) -> bool:
+    """Out of the node set or declared lost: its records cannot be copied now."""
+    return node not in snapshot.nodes or node in seen.lost
 
 
 def _replicated(
@@ -241,7 +344,8 @@ def _replicated(
         stored = replicated[name]
         record = stored.record
         view = channel_view(record, memory, now)
-        step = rs.next_step(view, alive, seen.live, snapshot.drained, loads)
+        avoided = snapshot.drained | unfit(record, snapshot)
+        step = rs.next_step(view, alive, seen.live, avoided, loads, spread(record, snapshot))
         if isinstance(step, rs.TermChange):
             for node in set(step.members) - set(rs.member_ids(record)):
                 loads[node] = loads.get(node, 0) + 1  # the next placement sees it
@@ -282,6 +386,77 @@ def _rebalance(
         for m in moves
         if m.channel not in targets
     ]
+
+
+def allowed(record: cpb.ChannelRecord, snapshot: Snapshot) -> frozenset[int]:
+    """Nodes whose labels match the pchannel's node selector (all of it)."""
+    want = dict(record.node_selector)
+    return frozenset(
+        n
+        for n in snapshot.nodes
+        if all(snapshot.labels.get(n, {}).get(k) == v for k, v in want.items())
+    )
+
+
+def unfit(record: cpb.ChannelRecord, snapshot: Snapshot) -> frozenset[int]:
+    """Nodes the pchannel's node selector excludes: treated as drained for it."""
+    return frozenset(snapshot.nodes) - allowed(record, snapshot)
+
+
+def spread(record: cpb.ChannelRecord, snapshot: Snapshot) -> rs.Spread | None:
+    """The pchannel's anti-affinity over the nodes' domains (None: any distinct nodes)."""
+    if record.anti_affinity == "None" or not snapshot.domains:
+        return None
+    return rs.Spread(snapshot.domains, required=record.anti_affinity != "Preferred")
+
+
+def _unschedulable(
+    snapshot: Snapshot, seen: Observations, live_records: Mapping[str, Stored]
+) -> list[Unschedulable]:
+    """A note for every pchannel whose placement now excludes what it needs (or no longer
+    does), when that differs from what was last said (`memory.unschedulable`)."""
+    out = []
+    for name, stored in sorted(live_records.items()):
+        why = placement_problem(stored.record, snapshot, seen.live)
+        if why != snapshot.memory.unschedulable.get(name, ""):
+            out.append(Unschedulable(name, stored.version, why))
+    return out
+
+
+def placement_problem(record: cpb.ChannelRecord, snapshot: Snapshot, live: Collection[int]) -> str:
+    """Why the pchannel's placement leaves it no node (single replica) or fewer than a
+    majority of its replicas (replicated) among the live nodes; "" when it does not (a
+    lack of nodes of any kind is NotEnoughNodes, not a placement problem)."""
+    live_nodes = set(live) & set(snapshot.nodes)
+    fit = sorted(allowed(record, snapshot) & live_nodes)
+    wanted = max(record.replicas, 1)
+    need = wanted // 2 + 1 if wanted > 1 else 1
+    if len(live_nodes) < need:
+        return ""
+    selector = ", ".join(f"{k}={v}" for k, v in sorted(record.node_selector.items()))
+    if len(fit) < need:
+        return (
+            f"placement.nodeSelector {{{selector}}} matches {len(fit)} of {len(live_nodes)} "
+            f"live streaming nodes; {need} needed"
+        )
+    how = spread(record, snapshot)
+    if how is not None and how.required:
+        domains = {how.domain(n) for n in fit}
+        if len(domains) < need:
+            return (
+                f"placement.antiAffinity Required: {len(fit)} eligible nodes span "
+                f"{len(domains)} topology domains; {need} needed"
+            )
+    return ""
+
+
+def retention_due(record: cpb.ChannelRecord) -> bool:
+    """An ASSIGNED pchannel whose wanted retention its members have not all taken yet."""
+    return (
+        record.meta.state == sm.ASSIGNED
+        and record.HasField("retention")
+        and record.retention != record.applied_retention
+    )
 
 
 def remove_stale(snapshot: Snapshot, metas: Mapping[str, pb.PChannelMeta]) -> list[RemoveStale]:
@@ -384,11 +559,11 @@ def caught_up(record: cpb.ChannelRecord, memory: Memory, now: float) -> frozense
 
 def channel_view(record: cpb.ChannelRecord, memory: Memory, now: float) -> rs.ChannelView:
     meta = record.meta
-    members = rs.member_ids(record)
+    members = rs.current_members(record)
     return rs.ChannelView(
         assigned=meta.state == sm.ASSIGNED,
         placed=bool(members),
-        leader=meta.node.server_id if members else None,
+        leader=(meta.node.server_id if record.members else members[0]) if members else None,
         members=members,
         previous=tuple(m.server_id for m in record.previous_members),
         wanted=max(record.replicas, 1),

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from streamwal.coord import state_machine as sm
 from streamwal.coord.balancer import eligible
 from streamwal.coord.leader_choice import has_quorum, majority
 from streamwal.proto import coord_pb2 as cpb
@@ -31,16 +32,45 @@ def replica_loads(sets: Mapping[str, Collection[int]], nodes: Iterable[int]) -> 
     return out
 
 
+@dataclass(frozen=True)
+class Spread:
+    """Anti-affinity between a pchannel's replicas: `domains` maps a node to its topology
+    domain (nodes without one are each their own); `required` refuses a second replica
+    in a domain, else one is taken only when no fresh domain is left (Preferred)."""
+
+    domains: Mapping[int, str]
+    required: bool = True
+
+    def domain(self, node: int) -> str:
+        return self.domains.get(node) or f"node {node}"
+
+
 def place(
     count: int,
     loads: Mapping[int, int],
     live: Iterable[int],
     drained: Iterable[int],
     exclude: Collection[int] = (),
+    spread: Spread | None = None,
+    keep: Collection[int] = (),
 ) -> list[int]:
-    """Up to `count` distinct eligible nodes outside `exclude`, least loaded first."""
+    """Up to `count` distinct eligible nodes outside `exclude`, least loaded first, in
+    domains none of `keep` (the members staying) is in when `spread` says so."""
     candidates = [n for n in eligible(live, drained) if n not in set(exclude)]
-    return sorted(candidates, key=lambda n: (loads.get(n, 0), n))[: max(count, 0)]
+    ranked = sorted(candidates, key=lambda n: (loads.get(n, 0), n))
+    if spread is None:
+        return ranked[: max(count, 0)]
+    used = {spread.domain(n) for n in keep}
+    out, skipped = [], []
+    for node in ranked:
+        if spread.domain(node) in used:
+            skipped.append(node)
+            continue
+        out.append(node)
+        used.add(spread.domain(node))
+    if not spread.required:
+        out += skipped
+    return out[: max(count, 0)]
 
 
 def desired_members(
@@ -51,20 +81,32 @@ def desired_members(
     drained: Collection[int],
     loads: Mapping[int, int],
     leader: int | None = None,
+    spread: Spread | None = None,
 ) -> list[int]:
-    """The set to have: lost or drained members replaced in place, then filled to `wanted`.
+    """The set to have: shrunk to `wanted`, lost or drained members replaced in place,
+    then filled to `wanted`.
 
-    A member is replaced only by an eligible non-member; without one it stays (a lost node
-    may come back, a drained one still holds data). An alive `leader` is never replaced:
-    it may hold the only copy of the newest records, so it first hands over (see
-    `next_step`) and is replaced as a follower. The order of kept members is kept (a
-    member's ordinal is its index).
+    A shrink removes followers only, the gone ones first, then drained ones, then the
+    last added: the leader holds the newest records. A member is replaced only by an
+    eligible non-member; without one it stays (a lost node may come back, a drained one
+    still holds data). An alive `leader` is never replaced: it may hold the only copy of
+    the newest records, so it first hands over (see `next_step`) and is replaced as a
+    follower. The order of kept members is kept (a member's ordinal is its index).
     """
     out = list(members)
+    if len(out) > max(wanted, 1):
+        ranked = sorted(
+            (n for n in out if n != leader),
+            key=lambda n: (n in set(alive), n not in set(drained), -out.index(n)),
+        )
+        drop = set(ranked[: len(out) - max(wanted, 1)])
+        out = [n for n in out if n not in drop]
     gone = [
         i for i, n in enumerate(out) if n not in set(alive) or (n in set(drained) and n != leader)
     ]
-    spare = place(len(gone) + max(wanted - len(out), 0), loads, live, drained, exclude=out)
+    kept = [n for i, n in enumerate(out) if i not in set(gone)]
+    count = len(gone) + max(wanted - len(out), 0)
+    spare = place(count, loads, live, drained, exclude=out, spread=spread, keep=kept)
     for i in gone:
         if not spare:
             break
@@ -119,10 +161,12 @@ def next_step(
     live: Collection[int],
     drained: Collection[int],
     loads: Mapping[int, int],
+    spread: Spread | None = None,
 ) -> Step:
-    """The one thing a replicated pchannel needs this round (None: nothing)."""
+    """The one thing a replicated pchannel needs this round (None: nothing). `drained`
+    includes the nodes the pchannel's placement excludes (replaced like drained ones)."""
     if not view.placed:
-        first = desired_members((), view.wanted, alive, live, drained, loads)
+        first = desired_members((), view.wanted, alive, live, drained, loads, spread=spread)
         if len(first) < majority(view.wanted):
             return Wait(f"needs {majority(view.wanted)} live nodes, has {len(first)}")
         return TermChange("placement", tuple(first))
@@ -133,7 +177,9 @@ def next_step(
     target = (
         list(view.members)
         if view.previous
-        else desired_members(view.members, view.wanted, alive, live, drained, loads, view.leader)
+        else desired_members(
+            view.members, view.wanted, alive, live, drained, loads, view.leader, spread
+        )
     )
     if not view.assigned:
         return TermChange("resume", tuple(target))
@@ -172,6 +218,19 @@ def joint_complete(
     the log's end when it was chosen.
     """
     return all(n == leader or acked.get(n, -1) >= joint_until for n in members)
+
+
+def current_members(record: cpb.ChannelRecord) -> tuple[int, ...]:
+    """The nodes holding the log now: the replica set, or a single-replica pchannel's
+    owner (so that growing 1 -> 3 keeps the node with the log in the set and the vote)."""
+    if record.members:
+        return member_ids(record)
+    meta = record.meta
+    if meta.state == sm.ASSIGNING and meta.histories:  # a move under way: its source
+        return (meta.histories[0].node.server_id,)
+    if meta.node.address and meta.state in (sm.ASSIGNED, sm.UNAVAILABLE):
+        return (meta.node.server_id,)
+    return ()
 
 
 def is_replicated(record: cpb.ChannelRecord) -> bool:

@@ -91,6 +91,7 @@ class Assign:
     min_next_offset: int = 0
     replica_set: pb.ReplicaSet | None = None
     accept_data_loss: bool = False
+    retention: pb.RetentionPolicy | None = None  # the record's, on every Assign
     step: sm.Step = sm.Step.ASSIGN
 
 
@@ -255,6 +256,7 @@ def reassignment(
                 catch_up_from=plan.catch_up_from,
                 min_next_offset=plan.min_next_offset,
                 accept_data_loss=accept_data_loss,
+                retention=_retention(before),
             )
             if isinstance(error, StreamingError) and error.code == Code.STREAMING_CODE_DATA_LOSS:
                 return (yield from _data_lost(record, str(error)))
@@ -273,6 +275,7 @@ def reassignment(
                 yield Announce(logging.WARNING, "unclean failover", unclean, "unclean-failover")
         else:
             record.meta.CopyFrom(action.meta)
+            _applied(record)
             yield Persist(_copy(record), sm.Step.PERSIST_ASSIGNED)
     previous = sm.owner(before.meta)
     fields: dict[str, Any] = {
@@ -304,8 +307,11 @@ def _data_lost(record: cpb.ChannelRecord, cause: str) -> Saga:
     return Failed(data_loss=cause)
 
 
-def mark_unavailable(before: cpb.ChannelRecord, node: int | None, reason: str) -> Saga:
-    """No live node can take the pchannel: UNAVAILABLE, term and node kept (the next
+def mark_unavailable(
+    before: cpb.ChannelRecord, node: int | None, reason: str, code: str = ""
+) -> Saga:
+    """No live node can take the pchannel, or it waits for the node holding its only
+    copy (`code` WaitingForReplica): UNAVAILABLE, term and node kept (the next
     assignment fences the lost node through histories)."""
     name = before.meta.channel.name
     record = _copy(before)
@@ -313,7 +319,7 @@ def mark_unavailable(before: cpb.ChannelRecord, node: int | None, reason: str) -
     yield Persist(record, sm.Step.PERSIST_UNAVAILABLE)
     if reason:
         fields = {"pchannel": name, "reason": reason}
-        told: dict[str, Any] = {"node": node, "reason": reason}
+        told: dict[str, Any] = {"node": node, "reason": reason, "code": code}
         yield Announce(logging.WARNING, "pchannel unavailable", fields, "unavailable", told)
     else:
         fields = {"pchannel": name}
@@ -337,11 +343,13 @@ def term_change(
 ) -> Saga:
     """A replicated pchannel's term change onto `members` (module docstring, steps 1-6)."""
     name = before.meta.channel.name
-    old_members = rs.member_ids(before)
-    old_leader = before.meta.node.server_id if old_members else None
+    old_members = rs.current_members(before)  # a single owner growing to a set included
+    old_leader = old_members[0] if old_members and not before.members else None
+    if before.members:
+        old_leader = before.meta.node.server_id
     previous = list(before.previous_members)
     if not previous and old_members and set(members) != set(old_members):
-        previous = list(before.members)
+        previous = [ctx.ref(n, before).to_proto() for n in old_members]
     # Committed records are on a majority of the old set (and of a pending previous one).
     voters = [old_members, tuple(m.server_id for m in previous)]
     new_refs = [ctx.ref(n, before) for n in members]
@@ -409,8 +417,9 @@ def term_change(
         leaders[old_leader] = max(leaders.get(old_leader, 0) - 1, 0)
     protos = [r.to_proto() for r in new_refs]
     leading = pb.ReplicaSet(role=LEADER, members=protos, leader=leader.to_proto())
+    policy = _retention(before)
     error: StreamingError | None = yield Assign(
-        leader, name, term, ctx.timeouts.assign, replica_set=leading
+        leader, name, term, ctx.timeouts.assign, replica_set=leading, retention=policy
     )
     if error is not None:
         yield _assign_failed(name, leader.server_id, term, str(error))
@@ -418,7 +427,7 @@ def term_change(
     following = pb.ReplicaSet(role=FOLLOWER, members=protos, leader=leader.to_proto())
     yield AssignFollowers(
         tuple(
-            Assign(r, name, term, ctx.timeouts.follower, replica_set=following)
+            Assign(r, name, term, ctx.timeouts.follower, replica_set=following, retention=policy)
             for r in new_refs
             if r.server_id != leader.server_id and r.server_id in ctx.live
         )
@@ -427,6 +436,7 @@ def term_change(
     record.meta.node.CopyFrom(leader.to_proto())
     record.meta.CopyFrom(sm.finish_assignment(record.meta))
     record.joint_until = choice.next_offset if previous else 0
+    _applied(record)
     yield Persist(_copy(record), sm.Step.PERSIST_ASSIGNED)
     fields = {
         "pchannel": name,
@@ -450,7 +460,14 @@ def rejoin(before: cpb.ChannelRecord, nodes: tuple[int, ...], ctx: Round) -> Sag
     following = pb.ReplicaSet(role=FOLLOWER, members=list(before.members), leader=leader.to_proto())
     done = yield AssignFollowers(
         tuple(
-            Assign(ctx.ref(n, before), name, term, ctx.timeouts.follower, replica_set=following)
+            Assign(
+                ctx.ref(n, before),
+                name,
+                term,
+                ctx.timeouts.follower,
+                replica_set=following,
+                retention=_retention(before),
+            )
             for n in nodes
             if n != leader.server_id
         )
@@ -459,6 +476,68 @@ def rejoin(before: cpb.ChannelRecord, nodes: tuple[int, ...], ctx: Round) -> Sag
         fields = {"pchannel": name, "term": term, "nodes": list(nodes)}
         yield Announce(logging.INFO, "followers rejoined", fields)
     return None
+
+
+def unschedulable(before: cpb.ChannelRecord, reason: str) -> Saga:
+    """Say that the pchannel's placement excludes the nodes it needs ("": no longer)."""
+    name = before.meta.channel.name
+    level = logging.WARNING if reason else logging.INFO
+    message = "placement unschedulable" if reason else "placement schedulable again"
+    fields = {"pchannel": name, "reason": reason}
+    yield Announce(level, message, fields, "unschedulable", {"reason": reason})
+    return None
+
+
+def apply_retention(before: cpb.ChannelRecord, ctx: Round) -> Saga:
+    """Give every alive member (or the single owner) the record's retention under the
+    current term, each in its role; once all of them took it, persist it as applied
+    (what status shows). A member away now gets it with its next Assign (rejoin)."""
+    meta = before.meta
+    name, term = meta.channel.name, meta.channel.term
+    policy = _retention(before)
+    leader = sm.NodeRef.from_proto(meta.node)
+    members = [m.server_id for m in before.members] or [leader.server_id]
+    assigns = []
+    for node in members:
+        if node not in ctx.alive:
+            continue
+        role = LEADER if node == leader.server_id else FOLLOWER
+        rs = (
+            pb.ReplicaSet(role=role, members=list(before.members), leader=leader.to_proto())
+            if before.members
+            else None
+        )
+        assigns.append(
+            Assign(
+                ctx.ref(node, before),
+                name,
+                term,
+                ctx.timeouts.follower,
+                replica_set=rs,
+                retention=policy,
+            )
+        )
+    done = yield AssignFollowers(tuple(assigns))
+    if not all(done):
+        return None  # tried again next round
+    record = _copy(before)
+    _applied(record)
+    yield Persist(record, sm.Step.PERSIST_RETENTION)
+    fields = {"pchannel": name, "term": term, "nodes": [a.node.server_id for a in assigns]}
+    fields |= {"max_age_ms": policy.max_age_ms, "max_bytes": policy.max_bytes} if policy else {}
+    yield Announce(logging.INFO, "retention applied", fields)
+    return None
+
+
+def _retention(record: cpb.ChannelRecord) -> pb.RetentionPolicy | None:
+    """The record's retention for an Assign (None: the node keeps its own)."""
+    return record.retention if record.HasField("retention") else None
+
+
+def _applied(record: cpb.ChannelRecord) -> None:
+    """Every member taking part in this step got the record's retention: say so."""
+    if record.HasField("retention"):
+        record.applied_retention.CopyFrom(record.retention)
 
 
 def complete_joint(before: cpb.ChannelRecord) -> Saga:

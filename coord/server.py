@@ -109,6 +109,7 @@ class ChannelService(cpbg.StreamingCoordChannelServiceServicer):
             request.num_channels,
             request.prefix,
             request.replicas,
+            request.allow_data_loss,
             list(request.names),
             request.retention if request.HasField("retention") else None,
         )

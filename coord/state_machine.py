@@ -44,6 +44,7 @@ class Step(StrEnum):
     PERSIST_ASSIGNED = "persist-assigned"
     PERSIST_UNAVAILABLE = "persist-unavailable"
     PERSIST_JOINT_DONE = "persist-joint-done"
+    PERSIST_RETENTION = "persist-retention"
 
 
 class InvalidTransition(ValueError):

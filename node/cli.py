@@ -343,3 +343,51 @@ def _run(coro) -> None:
         uvloop.run(coro)
     except ImportError:  # pragma: no cover - uvloop is a dependency, but keep a fallback
         asyncio.run(coro)
+
+
+@click.command("wait-drained")
+@click.option(
+    "--address",
+    default="127.0.0.1:19530",
+    show_default=True,
+    type=Address(),
+    help="The local node's gRPC address.",
+)
+@click.option(
+    "--timeout",
+    default="25s",
+    show_default=True,
+    type=Duration(0.1, 3600),
+    help="Give up after this long (the pod stops anyway).",
+)
+def wait_drained(address: str, timeout: float) -> None:
+    """Wait until the node leads no pchannel: the chart's preStop hook. The operator drains
+    a node whose pod is being deleted (its leaders hand over to caught-up followers, its
+    single copies move with their log); waiting here keeps the node serving until then,
+    so the kubelet's SIGTERM finds nothing to fail over. Exit 1 on timeout."""
+    from streamwal import transport
+    from streamwal.proto import streaming_pb2 as pb
+    from streamwal.proto import streaming_pb2_grpc as pbg
+
+    async def leads() -> int | None:
+        async with transport.make_channel(address) as channel:
+            stub = pbg.StreamingNodeManagerServiceStub(channel)
+            try:
+                status = await stub.CollectStatus(
+                    pb.StreamingNodeManagerCollectStatusRequest(), timeout=2
+                )
+            except Exception:  # not answering (yet, or not to this identity): ask again
+                return None
+        return sum(c.role == pb.REPLICA_ROLE_LEADER for c in status.channels)
+
+    async def run() -> bool:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while asyncio.get_running_loop().time() < deadline:
+            if await leads() == 0:
+                return True
+            await asyncio.sleep(0.2)
+        return False
+
+    if not asyncio.run(run()):
+        click.echo(f"the node at {address} still leads pchannels after {timeout:g}s", err=True)
+        raise SystemExit(1)

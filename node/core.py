@@ -372,6 +372,9 @@ class PChannelCore:
             else pb.REPLICA_ROLE_LEADER,
             last_term=self.last_term,
             commit_offset=self.known_commit,
+            retention=pb.RetentionPolicy(
+                max_age_ms=self.meta.retention_age_ms, max_bytes=self.meta.retention_bytes
+            ),
         )
         if isinstance(role, Leading):
             for node in role.follower_ids(self.node_id):

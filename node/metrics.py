@@ -171,6 +171,8 @@ class ChannelState(NamedTuple):
     commit_offset: int
     producer_states: int
     data_loss: int
+    retention_age_seconds: float
+    retention_bytes: int
 
 
 _STATE_GAUGES = (
@@ -189,6 +191,14 @@ _STATE_GAUGES = (
         "streamwal_pchannel_data_loss",
         "1 while this node's log of the pchannel lacks records it acknowledged (corruption):"
         " not served until rebuilt from a replica or the loss is accepted",
+    ),
+    (
+        "streamwal_pchannel_retention_age_seconds",
+        "Retention this node applies: records older than this are cut (0: kept forever)",
+    ),
+    (
+        "streamwal_pchannel_retention_bytes",
+        "Retention this node applies: the log is cut from its head beyond this (0: no bound)",
     ),
 )
 

@@ -297,6 +297,9 @@ class NodeService:
                     consumers=ch.consumers,
                     data_loss=ch.damage,
                     unhealthy=self.wal.unhealthy(ch),
+                    retention=pb.RetentionPolicy(
+                        max_age_ms=ch.meta.retention_age_ms, max_bytes=ch.meta.retention_bytes
+                    ),
                 )
                 self.wal.replication.status(ch, status)
                 resp.channels.append(status)

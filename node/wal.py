@@ -936,6 +936,8 @@ class Wal:
                 ch.known_commit,
                 len(ch.producer_states),
                 int(bool(ch.damage)),
+                ch.meta.retention_age_ms / 1000,
+                ch.meta.retention_bytes,
             )
             for ch in list(self.channels.values())
         ]

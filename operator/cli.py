@@ -18,6 +18,7 @@ import click
 
 from streamwal import logs
 from streamwal.cli import LOG_LEVEL, SECONDS, Address
+from streamwal.coord.liveness import DEFAULT_GRACE, DEFAULT_PROBE_INTERVAL
 from streamwal.tasks import cancel_and_wait
 
 if TYPE_CHECKING:  # kopf and kubernetes are optional (streamwal[kube]): imported when run
@@ -153,17 +154,18 @@ def _http_url(_ctx, _param, value: str | None) -> str | None:
 )
 @click.option(
     "--probe-interval",
-    default=0.5,
+    default=DEFAULT_PROBE_INTERVAL,
     show_default=True,
     type=SECONDS,
     help="Node probe interval.",
 )
 @click.option(
     "--grace",
-    default=1.5,
+    default=DEFAULT_GRACE,
     show_default=True,
     type=SECONDS,
-    help="Seconds without an answer before a node is lost.",
+    help="Seconds without an answer before a node is lost; also how long a pchannel that "
+    "allows data loss waits for its only copy's node before moving without it.",
 )
 @LOG_LEVEL
 def operator(

@@ -77,12 +77,16 @@ class KubeMetaStore(MetaStore):
         namespace: str,
         live_nodes: Callable[[], int] = lambda: 0,
         timeout: float = 10.0,
+        on_condition: Callable[[str, Obj], None] | None = None,
     ) -> None:
         self.api = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
         self.namespace = namespace
         self.live_nodes = live_nodes
         self.timeout = timeout
+        # Told (name, new Ready condition) when a written status changes the condition's
+        # reason: the operator turns some into Events (NotEnoughNodes).
+        self.on_condition = on_condition
         self.notes: dict[str, st.Note] = {}
         self.objects: dict[str, Obj] = {}  # last seen object per name (uid, generation)
         # The cluster record (incarnation, drains) lives in memory: the incarnation starts
@@ -135,10 +139,8 @@ class KubeMetaStore(MetaStore):
         obj = self.objects.get(name)
         if expected is None or obj is None:
             raise InvalidArgument(f"{name}: PChannels are created with kubectl, not by the coord")
-        body = {
-            "metadata": {"resourceVersion": expected},
-            "status": self.desired_status(record, obj),
-        }
+        status = self.desired_status(record, obj)
+        body = {"metadata": {"resourceVersion": expected}, "status": status}
         try:
             out = await self._call(
                 self.api.patch_namespaced_custom_object_status,
@@ -151,6 +153,10 @@ class KubeMetaStore(MetaStore):
                     f"{name}: resourceVersion {expected} is stale ({err.status} {err.reason})"
                 ) from None
             raise Unavailable(f"{name}: status write failed: {err.status} {err.reason}") from None
+        if self.on_condition is not None and st.ready_reason(obj.get("status")) != st.ready_reason(
+            status
+        ):
+            self.on_condition(name, status["conditions"][0])
         return self._stored(out)
 
     async def remove_annotation(self, name: str, key: str) -> None:

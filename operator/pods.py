@@ -1,4 +1,5 @@
-"""Streaming nodes from pods: id, gRPC address and readiness. Pure functions over pod dicts.
+"""Streaming nodes from pods: id, gRPC address, readiness, whether it is being deleted
+(drained), its labels and topology domain. Pure functions over pod dicts.
 
 A pod is a usable node when it has an IP, a container port named ``grpc``, a node id, and
 its ``Ready`` condition is True (its gRPC health probe passes). The node id is the
@@ -40,9 +41,9 @@ def grpc_port(pod: Pod) -> int | None:
 
 
 def is_ready(pod: Pod) -> bool:
-    meta = pod.get("metadata") or {}
-    if meta.get("deletionTimestamp"):
-        return False  # terminating: it is going away, do not give it channels
+    """Its Ready condition is True. A terminating pod stays a node while it is Ready (its
+    container still serves): it is drained (`draining`) so that it hands over what it
+    leads before the kubelet stops it; it leaves once NotReady or deleted."""
     status = pod.get("status") or {}
     return any(
         c.get("type") == "Ready" and c.get("status") == "True"
@@ -55,6 +56,34 @@ def address(pod: Pod) -> str | None:
     if not ip or not port:
         return None
     return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
+def placement_attrs(pods: list[Pod]) -> tuple[dict[int, dict[str, str]], dict[int, str]]:
+    """({node id: pod labels}, {node id: topology domain}) of the pods that are nodes. The
+    domain is the Kubernetes node a pod runs on (`spec.nodeName`: the
+    kubernetes.io/hostname topology), or the pod itself while it has none."""
+    nodes = nodes_from_pods(pods)
+    labels: dict[int, dict[str, str]] = {}
+    domains: dict[int, str] = {}
+    for pod in pods:
+        nid = node_id(pod)
+        if nid in nodes and nid not in labels:
+            meta = pod.get("metadata") or {}
+            labels[nid] = dict(meta.get("labels") or {})
+            domains[nid] = (pod.get("spec") or {}).get("nodeName") or f"pod {meta.get('name')}"
+    return labels, domains
+
+
+def draining(pods: list[Pod]) -> set[int]:
+    """Node ids of the pods being deleted (deletionTimestamp set) that are still nodes."""
+    nodes = nodes_from_pods(pods)
+    return {
+        nid
+        for pod in pods
+        if (pod.get("metadata") or {}).get("deletionTimestamp")
+        and (nid := node_id(pod)) in nodes
+        and address(pod) == nodes[nid]
+    }
 
 
 def nodes_from_pods(pods: list[Pod]) -> dict[int, str]:

@@ -19,6 +19,7 @@ from kubernetes import client, config
 from prometheus_client import Gauge
 
 from streamwal.coord.coordinator import CoordConfig, Coordinator
+from streamwal.coord.liveness import DEFAULT_GRACE, DEFAULT_PROBE_INTERVAL
 from streamwal.coord.meta_store import VersionConflict
 from streamwal.coord.server import serve_metrics, start_grpc
 from streamwal.errors import InvalidArgument, StreamingError
@@ -45,8 +46,8 @@ class OperatorConfig:
     resync: float = 30.0
     coord_listen: str | None = None
     metrics: str | None = None
-    probe_interval: float = 0.5
-    grace: float = 1.5
+    probe_interval: float = DEFAULT_PROBE_INTERVAL
+    grace: float = DEFAULT_GRACE
 
 
 def load_api() -> client.ApiClient:
@@ -69,7 +70,9 @@ class OperatorRuntime:
         self.cfg = cfg
         self.api = load_api()
         self.core = client.CoreV1Api(self.api)
-        self.store = KubeMetaStore(self.api, cfg.namespace, live_nodes=self._live_count)
+        self.store = KubeMetaStore(
+            self.api, cfg.namespace, live_nodes=self._live_count, on_condition=self._on_condition
+        )
         self.coord = Coordinator(
             self.store,
             CoordConfig(nodes={}, probe_interval=cfg.probe_interval, grace=cfg.grace),
@@ -246,7 +249,9 @@ class OperatorRuntime:
             self.pods.pop(name, None)
         else:
             self.pods[name] = pod
-        self.coord.set_nodes(podlib.nodes_from_pods(list(self.pods.values())))
+        pods = list(self.pods.values())
+        self.coord.set_nodes(podlib.nodes_from_pods(pods), *podlib.placement_attrs(pods))
+        self.coord.set_draining(podlib.draining(pods))
 
     async def heal(self, name: str, refresh: bool = False) -> None:
         """Rewrite status when it differs from what it should say (generation, condition)."""
@@ -267,7 +272,8 @@ class OperatorRuntime:
 
     def _on_outcome(self, kind: str, name: str, fields: dict) -> None:
         if kind in ("assigned", "failover"):
-            self.store.notes.pop(name, None)
+            if self.store.notes.get(name, st.Note("", "")).reason != st.UNSCHEDULABLE:
+                self.store.notes.pop(name, None)
             reason = "Failover" if kind == "failover" else "Assigned"
             message = (
                 f"assigned to node {fields['new_node']} under term {fields['new_term']}"
@@ -298,9 +304,25 @@ class OperatorRuntime:
             self.store.notes[name] = st.Note("DataLoss", message)
             self._spawn(self.post_event(name, "DataLoss", message, "Warning"))
             self._spawn(self._touch_later(name))
+        elif kind == "unschedulable":
+            if fields["reason"]:
+                self.store.notes[name] = st.Note(st.UNSCHEDULABLE, fields["reason"])
+                self._spawn(self.post_event(name, st.UNSCHEDULABLE, fields["reason"], "Warning"))
+            elif self.store.notes.get(name, st.Note("", "")).reason == st.UNSCHEDULABLE:
+                self.store.notes.pop(name, None)
+            self._spawn(self._touch_later(name))
+        elif kind == "unavailable" and fields.get("code"):
+            # Waiting for the node with its only copy: the condition says so from the
+            # record (status.ready_condition), the Event says it once.
+            self._spawn(self.post_event(name, fields["code"], fields["reason"], "Warning"))
         elif kind == "unavailable":
             message = f"node {fields.get('node')} lost and no live node can take the pchannel"
             self._spawn(self.post_event(name, "Unavailable", message, "Warning"))
+
+    def _on_condition(self, name: str, condition: dict[str, Any]) -> None:
+        """A status write changed the Ready reason: some reasons are worth an Event."""
+        if condition["reason"] == st.NOT_ENOUGH_NODES:
+            self._spawn(self.post_event(name, st.NOT_ENOUGH_NODES, condition["message"], "Warning"))
 
     def _spawn(self, coro) -> None:
         task = asyncio.get_running_loop().create_task(coro)

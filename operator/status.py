@@ -17,10 +17,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from streamwal import units
+from streamwal.coord.catch_up import WAITING_FOR_REPLICA
 from streamwal.proto import coord_pb2 as cpb
 from streamwal.proto import streaming_pb2 as pb
 
 Obj = dict[str, Any]
+DEFAULT_AGE = "168h"  # the CRD's default of spec.retention.age
+NOT_ENOUGH_NODES = "NotEnoughNodes"
+UNSCHEDULABLE = "Unschedulable"
 
 S = pb.PChannelMetaState
 STATE_NAMES = {
@@ -62,7 +67,27 @@ def record_from_object(obj: Obj) -> cpb.ChannelRecord:
             ),
         )
     record.owner.role = "kubernetes"
-    record.replicas = int((obj.get("spec") or {}).get("replicas") or 1)
+    spec = obj.get("spec") or {}
+    record.replicas = int(spec.get("replicas") or 1)
+    record.allow_data_loss = bool((spec.get("failover") or {}).get("allowDataLoss"))
+    placement = spec.get("placement") or {}
+    record.node_selector.update(placement.get("nodeSelector") or {})
+    record.anti_affinity = placement.get("antiAffinity") or "Required"
+    wanted = spec.get("retention") or {}
+    record.retention.CopyFrom(
+        pb.RetentionPolicy(
+            max_age_ms=units.parse_duration_ms(wanted.get("age") or DEFAULT_AGE),
+            max_bytes=units.parse_size(wanted.get("size") or units.UNLIMITED),
+        )
+    )
+    applied = status.get("retention")
+    if applied:
+        record.applied_retention.CopyFrom(
+            pb.RetentionPolicy(
+                max_age_ms=int(applied.get("maxAgeMs") or 0),
+                max_bytes=int(applied.get("maxBytes") or 0),
+            )
+        )
     record.members.extend(_nodes(status.get("replicas")))
     record.previous_members.extend(_nodes(status.get("previousReplicas")))
     record.joint_until = int(status.get("jointUntil") or 0)
@@ -93,23 +118,56 @@ def ready_condition(record: cpb.ChannelRecord, note: Note | None, live_nodes: in
     """Ready with a reason and a message a user can act on, for every outcome."""
     meta = record.meta
     term, node = meta.channel.term, meta.node
+    wanted = max(record.replicas, 1)
+    if note is not None and note.reason == UNSCHEDULABLE:  # never a silent fallback
+        return _cond("False", UNSCHEDULABLE, note.message)
     if meta.state == S.PCHANNEL_META_STATE_ASSIGNED:
-        return _cond(
-            "True",
-            "Assigned",
-            f"served by node {node.server_id} ({node.address}) under term {term}",
-        )
+        served = f"served by node {node.server_id} ({node.address}) under term {term}"
+        have = len(record.members) or 1
+        if have < wanted and live_nodes < wanted:
+            return _cond(
+                "False",
+                NOT_ENOUGH_NODES,
+                f"{served} on {have} of spec.replicas {wanted} nodes: {live_nodes} streaming "
+                f"nodes answer, so it survives {(have - 1) // 2} node failures, not "
+                f"{(wanted - 1) // 2}; the missing replicas are added when nodes appear",
+            )
+        return _cond("True", "Assigned", served)
     if note is not None:
         return _cond("False", note.reason, note.message)
     if meta.state == S.PCHANNEL_META_STATE_ASSIGNING:
         return _cond(
             "False", "Assigning", f"term {term} persisted, assigning to node {node.server_id}"
         )
+    if meta.state == S.PCHANNEL_META_STATE_UNAVAILABLE and (
+        record.members or not record.allow_data_loss
+    ):
+        # Safe failover: only the gone node(s) hold what was acknowledged.
+        what = "a majority of its replicas" if record.members else f"node {node.server_id}"
+        return _cond(
+            "False",
+            WAITING_FOR_REPLICA,
+            f"waiting for {what} to return with the log (only they hold every acknowledged "
+            "message; spec.failover.allowDataLoss would move a single copy without them)",
+        )
     if live_nodes == 0:
         return _cond("False", "NoLiveNode", "no Ready streaming-node pod answers its probes")
+    if meta.state == S.PCHANNEL_META_STATE_UNINITIALIZED and live_nodes < wanted // 2 + 1:
+        return _cond(
+            "False",
+            NOT_ENOUGH_NODES,
+            f"spec.replicas {wanted} needs a majority ({wanted // 2 + 1}) of live streaming "
+            f"nodes to be placed; {live_nodes} answer",
+        )
     if meta.state == S.PCHANNEL_META_STATE_UNAVAILABLE:
         return _cond("False", "Unavailable", f"node {node.server_id} lost; waiting for a node")
     return _cond("False", "Pending", "waiting for the operator to place it")
+
+
+def ready_reason(status: Obj | None) -> str:
+    """The Ready condition's reason in a PChannel status ("" when none)."""
+    conditions = (status or {}).get("conditions") or []
+    return next((c.get("reason", "") for c in conditions if c.get("type") == "Ready"), "")
 
 
 def _cond(status: str, reason: str, message: str) -> Obj:
@@ -156,8 +214,20 @@ def status_patch(
         ]
         or None,
         "jointUntil": record.joint_until if record.previous_members else None,
+        "retention": _retention(record.applied_retention)
+        if record.HasField("applied_retention")
+        else None,
     }
     return status
+
+
+def _retention(policy: pb.RetentionPolicy) -> Obj:
+    return {
+        "age": units.format_duration_ms(policy.max_age_ms),
+        "size": units.format_size(policy.max_bytes),
+        "maxAgeMs": policy.max_age_ms,
+        "maxBytes": policy.max_bytes,
+    }
 
 
 def status_differs(current: Obj, desired: Obj) -> bool:
@@ -166,7 +236,7 @@ def status_differs(current: Obj, desired: Obj) -> bool:
     want = dict(desired)
     for s in (cur, want):
         s.pop("conditions", None)
-        for key in ("node", "histories", "replicas", "previousReplicas", "jointUntil"):
+        for key in ("node", "histories", "replicas", "previousReplicas", "jointUntil", "retention"):
             if not s.get(key):
                 s.pop(key, None)
     if cur != want:

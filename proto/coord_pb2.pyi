@@ -18,7 +18,14 @@ class OwnerDescription(_message.Message):
     def __init__(self, role: _Optional[str] = ..., address: _Optional[str] = ..., description_text: _Optional[str] = ...) -> None: ...
 
 class ChannelRecord(_message.Message):
-    __slots__ = ("meta", "owner", "destroyed", "created_at_ms", "replicas", "members", "previous_members", "joint_until", "retention")
+    __slots__ = ("meta", "owner", "destroyed", "created_at_ms", "replicas", "members", "previous_members", "joint_until", "allow_data_loss", "retention", "applied_retention", "node_selector", "anti_affinity")
+    class NodeSelectorEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     META_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
     DESTROYED_FIELD_NUMBER: _ClassVar[int]
@@ -27,7 +34,11 @@ class ChannelRecord(_message.Message):
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_MEMBERS_FIELD_NUMBER: _ClassVar[int]
     JOINT_UNTIL_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_DATA_LOSS_FIELD_NUMBER: _ClassVar[int]
     RETENTION_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_RETENTION_FIELD_NUMBER: _ClassVar[int]
+    NODE_SELECTOR_FIELD_NUMBER: _ClassVar[int]
+    ANTI_AFFINITY_FIELD_NUMBER: _ClassVar[int]
     meta: _streaming_pb2.PChannelMeta
     owner: OwnerDescription
     destroyed: bool
@@ -36,8 +47,12 @@ class ChannelRecord(_message.Message):
     members: _containers.RepeatedCompositeFieldContainer[_streaming_pb2.StreamingNodeInfo]
     previous_members: _containers.RepeatedCompositeFieldContainer[_streaming_pb2.StreamingNodeInfo]
     joint_until: int
+    allow_data_loss: bool
     retention: _streaming_pb2.RetentionPolicy
-    def __init__(self, meta: _Optional[_Union[_streaming_pb2.PChannelMeta, _Mapping]] = ..., owner: _Optional[_Union[OwnerDescription, _Mapping]] = ..., destroyed: _Optional[bool] = ..., created_at_ms: _Optional[int] = ..., replicas: _Optional[int] = ..., members: _Optional[_Iterable[_Union[_streaming_pb2.StreamingNodeInfo, _Mapping]]] = ..., previous_members: _Optional[_Iterable[_Union[_streaming_pb2.StreamingNodeInfo, _Mapping]]] = ..., joint_until: _Optional[int] = ..., retention: _Optional[_Union[_streaming_pb2.RetentionPolicy, _Mapping]] = ...) -> None: ...
+    applied_retention: _streaming_pb2.RetentionPolicy
+    node_selector: _containers.ScalarMap[str, str]
+    anti_affinity: str
+    def __init__(self, meta: _Optional[_Union[_streaming_pb2.PChannelMeta, _Mapping]] = ..., owner: _Optional[_Union[OwnerDescription, _Mapping]] = ..., destroyed: _Optional[bool] = ..., created_at_ms: _Optional[int] = ..., replicas: _Optional[int] = ..., members: _Optional[_Iterable[_Union[_streaming_pb2.StreamingNodeInfo, _Mapping]]] = ..., previous_members: _Optional[_Iterable[_Union[_streaming_pb2.StreamingNodeInfo, _Mapping]]] = ..., joint_until: _Optional[int] = ..., allow_data_loss: _Optional[bool] = ..., retention: _Optional[_Union[_streaming_pb2.RetentionPolicy, _Mapping]] = ..., applied_retention: _Optional[_Union[_streaming_pb2.RetentionPolicy, _Mapping]] = ..., node_selector: _Optional[_Mapping[str, str]] = ..., anti_affinity: _Optional[str] = ...) -> None: ...
 
 class ChannelManifest(_message.Message):
     __slots__ = ("names",)
@@ -54,20 +69,22 @@ class ClusterRecord(_message.Message):
     def __init__(self, incarnation: _Optional[int] = ..., drained_nodes: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class CreateChannelsRequest(_message.Message):
-    __slots__ = ("owner", "num_channels", "prefix", "replicas", "names", "retention")
+    __slots__ = ("owner", "num_channels", "prefix", "replicas", "allow_data_loss", "names", "retention")
     OWNER_FIELD_NUMBER: _ClassVar[int]
     NUM_CHANNELS_FIELD_NUMBER: _ClassVar[int]
     PREFIX_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_DATA_LOSS_FIELD_NUMBER: _ClassVar[int]
     NAMES_FIELD_NUMBER: _ClassVar[int]
     RETENTION_FIELD_NUMBER: _ClassVar[int]
     owner: OwnerDescription
     num_channels: int
     prefix: str
     replicas: int
+    allow_data_loss: bool
     names: _containers.RepeatedScalarFieldContainer[str]
     retention: _streaming_pb2.RetentionPolicy
-    def __init__(self, owner: _Optional[_Union[OwnerDescription, _Mapping]] = ..., num_channels: _Optional[int] = ..., prefix: _Optional[str] = ..., replicas: _Optional[int] = ..., names: _Optional[_Iterable[str]] = ..., retention: _Optional[_Union[_streaming_pb2.RetentionPolicy, _Mapping]] = ...) -> None: ...
+    def __init__(self, owner: _Optional[_Union[OwnerDescription, _Mapping]] = ..., num_channels: _Optional[int] = ..., prefix: _Optional[str] = ..., replicas: _Optional[int] = ..., allow_data_loss: _Optional[bool] = ..., names: _Optional[_Iterable[str]] = ..., retention: _Optional[_Union[_streaming_pb2.RetentionPolicy, _Mapping]] = ...) -> None: ...
 
 class CreateChannelsResponse(_message.Message):
     __slots__ = ("channel_names",)
@@ -92,7 +109,7 @@ class DescribeChannelsRequest(_message.Message):
     def __init__(self, channel_names: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ChannelDescription(_message.Message):
-    __slots__ = ("channel_name", "owner", "meta", "replicas", "members", "progress", "next_offset", "commit_offset", "data_loss", "first_offset", "size_bytes", "retention")
+    __slots__ = ("channel_name", "owner", "meta", "replicas", "members", "progress", "next_offset", "commit_offset", "data_loss", "allow_data_loss", "first_offset", "size_bytes", "retention")
     CHANNEL_NAME_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
     META_FIELD_NUMBER: _ClassVar[int]
@@ -102,6 +119,7 @@ class ChannelDescription(_message.Message):
     NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     COMMIT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     DATA_LOSS_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_DATA_LOSS_FIELD_NUMBER: _ClassVar[int]
     FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
     SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
     RETENTION_FIELD_NUMBER: _ClassVar[int]
@@ -114,10 +132,11 @@ class ChannelDescription(_message.Message):
     next_offset: int
     commit_offset: int
     data_loss: str
+    allow_data_loss: bool
     first_offset: int
     size_bytes: int
     retention: _streaming_pb2.RetentionPolicy
-    def __init__(self, channel_name: _Optional[str] = ..., owner: _Optional[_Union[OwnerDescription, _Mapping]] = ..., meta: _Optional[_Union[_streaming_pb2.PChannelMeta, _Mapping]] = ..., replicas: _Optional[int] = ..., members: _Optional[_Iterable[_Union[_streaming_pb2.StreamingNodeInfo, _Mapping]]] = ..., progress: _Optional[_Iterable[_Union[_streaming_pb2.ReplicaProgress, _Mapping]]] = ..., next_offset: _Optional[int] = ..., commit_offset: _Optional[int] = ..., data_loss: _Optional[str] = ..., first_offset: _Optional[int] = ..., size_bytes: _Optional[int] = ..., retention: _Optional[_Union[_streaming_pb2.RetentionPolicy, _Mapping]] = ...) -> None: ...
+    def __init__(self, channel_name: _Optional[str] = ..., owner: _Optional[_Union[OwnerDescription, _Mapping]] = ..., meta: _Optional[_Union[_streaming_pb2.PChannelMeta, _Mapping]] = ..., replicas: _Optional[int] = ..., members: _Optional[_Iterable[_Union[_streaming_pb2.StreamingNodeInfo, _Mapping]]] = ..., progress: _Optional[_Iterable[_Union[_streaming_pb2.ReplicaProgress, _Mapping]]] = ..., next_offset: _Optional[int] = ..., commit_offset: _Optional[int] = ..., data_loss: _Optional[str] = ..., allow_data_loss: _Optional[bool] = ..., first_offset: _Optional[int] = ..., size_bytes: _Optional[int] = ..., retention: _Optional[_Union[_streaming_pb2.RetentionPolicy, _Mapping]] = ...) -> None: ...
 
 class DescribeChannelsResponse(_message.Message):
     __slots__ = ("descriptions",)

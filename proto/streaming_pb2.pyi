@@ -548,7 +548,7 @@ class RetentionPolicy(_message.Message):
     def __init__(self, max_age_ms: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
 
 class PChannelStatus(_message.Message):
-    __slots__ = ("pchannel", "first_offset", "next_offset", "last_time_tick", "size_bytes", "producers", "consumers", "role", "last_term", "commit_offset", "replicas", "data_loss", "unhealthy")
+    __slots__ = ("pchannel", "first_offset", "next_offset", "last_time_tick", "size_bytes", "producers", "consumers", "role", "last_term", "commit_offset", "replicas", "data_loss", "unhealthy", "retention")
     PCHANNEL_FIELD_NUMBER: _ClassVar[int]
     FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
     NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -562,6 +562,7 @@ class PChannelStatus(_message.Message):
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     DATA_LOSS_FIELD_NUMBER: _ClassVar[int]
     UNHEALTHY_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_FIELD_NUMBER: _ClassVar[int]
     pchannel: PChannelInfo
     first_offset: int
     next_offset: int
@@ -575,7 +576,8 @@ class PChannelStatus(_message.Message):
     replicas: _containers.RepeatedCompositeFieldContainer[ReplicaProgress]
     data_loss: str
     unhealthy: str
-    def __init__(self, pchannel: _Optional[_Union[PChannelInfo, _Mapping]] = ..., first_offset: _Optional[int] = ..., next_offset: _Optional[int] = ..., last_time_tick: _Optional[int] = ..., size_bytes: _Optional[int] = ..., producers: _Optional[int] = ..., consumers: _Optional[int] = ..., role: _Optional[_Union[ReplicaRole, str]] = ..., last_term: _Optional[int] = ..., commit_offset: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaProgress, _Mapping]]] = ..., data_loss: _Optional[str] = ..., unhealthy: _Optional[str] = ...) -> None: ...
+    retention: RetentionPolicy
+    def __init__(self, pchannel: _Optional[_Union[PChannelInfo, _Mapping]] = ..., first_offset: _Optional[int] = ..., next_offset: _Optional[int] = ..., last_time_tick: _Optional[int] = ..., size_bytes: _Optional[int] = ..., producers: _Optional[int] = ..., consumers: _Optional[int] = ..., role: _Optional[_Union[ReplicaRole, str]] = ..., last_term: _Optional[int] = ..., commit_offset: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaProgress, _Mapping]]] = ..., data_loss: _Optional[str] = ..., unhealthy: _Optional[str] = ..., retention: _Optional[_Union[RetentionPolicy, _Mapping]] = ...) -> None: ...
 
 class ReplicaSet(_message.Message):
     __slots__ = ("role", "members", "leader")

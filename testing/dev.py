@@ -10,9 +10,10 @@ The story it tells, step by step:
 3. the coord keeps the dead node's pchannels where they are for the grace period: when
    the node is back in time they are assigned again under a higher term -- on the
    restarted node, or on another one that first copies the log from it (catch-up); when
-   it is not (`--no-restart`, or a grace shorter than the restart), they fail over
-   *uncleanly* and the records on the dead node are stranded -- the summary says so and
-   the command fails;
+   it is not (`--no-restart`), a single-replica pchannel waits for it (safe failover),
+   unless it allows data loss (`--allow-data-loss`): then after the grace period it
+   fails over *uncleanly* and the records on the dead node are stranded -- the summary
+   says so and the command fails;
 4. producers reroute on their own (report to the coord, wait for the next assignment,
    resend what was not acknowledged, the node answers resent batches it already has);
 5. every pchannel is read back from its current owner; every acknowledged message must be
@@ -59,6 +60,7 @@ class DevConfig:
     restart_after: float | None = 1.0  # None: the killed node stays down
     grace: float = 10.0
     probe_interval: float = 0.25
+    allow_data_loss: bool = False  # single copies may move without their records
     timeout: float = 60.0
 
 
@@ -197,7 +199,9 @@ async def run_dev(config: DevConfig, root: Path, echo: Callable[[str], None]) ->
             + ", ".join(f"{i}={cluster.node_address(i)}" for i in cluster.node_ids)
             + f" (grace {config.grace}s, data in {root})"
         )
-        names = await cluster.create_channels(config.pchannels, replicas=config.replicas)
+        names = await cluster.create_channels(
+            config.pchannels, replicas=config.replicas, allow_data_loss=config.allow_data_loss
+        )
         wal = await connect(cluster.coord_address, failover_timeout=config.timeout / 2)
         for name in names:
             await wal.resolve(name, timeout=15)
@@ -384,7 +388,17 @@ def render(summary: dict) -> str:
     type=click.FloatRange(0.0, 60.0),
     help="Seconds until the killed node is restarted (as a StatefulSet would).",
 )
-@click.option("--no-restart", is_flag=True, help="Leave the killed node down: an unclean failover.")
+@click.option(
+    "--no-restart",
+    is_flag=True,
+    help="Leave the killed node down (with --replicas 1 it needs --allow-data-loss).",
+)
+@click.option(
+    "--allow-data-loss",
+    is_flag=True,
+    help="Create the pchannels allowing an unclean failover: a single copy whose node is "
+    "gone past the grace moves without its records (the summary counts them).",
+)
 @click.option(
     "--grace",
     default=10.0,
@@ -423,6 +437,7 @@ def dev(
     kill_at: float,
     restart_after: float,
     no_restart: bool,
+    allow_data_loss: bool,
     grace: float,
     timeout: float,
     workdir: str | None,
@@ -440,6 +455,13 @@ def dev(
         raise click.BadParameter(
             f"must be odd and at most --nodes ({nodes})", param_hint="--replicas"
         )
+    if no_restart and replicas == 1 and not allow_data_loss:
+        raise click.BadParameter(
+            "with one copy per pchannel and the killed node left down, its pchannels wait "
+            "for it for ever (safe failover); add --allow-data-loss to see an unclean "
+            "failover, or --replicas 3 to see a clean one",
+            param_hint="--no-restart",
+        )
     config = DevConfig(
         nodes=nodes,
         pchannels=pchannels,
@@ -449,6 +471,7 @@ def dev(
         restart_after=None if no_restart else restart_after,
         grace=grace,
         timeout=timeout,
+        allow_data_loss=allow_data_loss,
     )
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="streamwal-dev-"))
 
@@ -484,6 +507,7 @@ DEMO_ONLY = (
     "kill_at",
     "restart_after",
     "no_restart",
+    "allow_data_loss",
     "timeout",
 )
 

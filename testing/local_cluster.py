@@ -156,7 +156,9 @@ class LocalCluster:
             self._channel = transport.make_channel(self.coord_address)
         return self._channel
 
-    async def create_channels(self, count: int, prefix: str = "", replicas: int = 1) -> list[str]:
+    async def create_channels(
+        self, count: int, prefix: str = "", replicas: int = 1, allow_data_loss: bool = False
+    ) -> list[str]:
         stub = cpbg.StreamingCoordChannelServiceStub(self.channel())
         reply = await stub.CreateChannels(
             cpb.CreateChannelsRequest(
@@ -164,6 +166,7 @@ class LocalCluster:
                 num_channels=count,
                 prefix=prefix,
                 replicas=replicas,
+                allow_data_loss=allow_data_loss,
             ),
             timeout=10,
         )

@@ -177,14 +177,18 @@ class SimLinks:
         accept_data_loss: bool = False,
         retention: pb.RetentionPolicy | None = None,
     ) -> None:
-        """The simulated nodes keep whole logs: `retention` has nothing to bound there."""
-        del retention
         node = self._node(address)
         await self.cluster.net.call(
             COORD,
             node.id,
             lambda: node.assign(
-                name, term, catch_up_from, min_next_offset, replica_set, accept_data_loss
+                name,
+                term,
+                catch_up_from,
+                min_next_offset,
+                replica_set,
+                accept_data_loss,
+                retention,
             ),
             timeout,
             "assign",

@@ -436,9 +436,11 @@ class SimNode:
         min_next_offset: int = 0,
         replica_set: pb.ReplicaSet | None = None,
         accept_data_loss: bool = False,
+        retention: pb.RetentionPolicy | None = None,
     ) -> AssignOutcome:
         core = self._get(name)
         rs = _parse(replica_set, self.id)
+        policy = (retention.max_age_ms, retention.max_bytes) if retention is not None else None
         try:
             return await self._steps(
                 core,
@@ -447,6 +449,7 @@ class SimNode:
                     rs,
                     catch_up_from,
                     min_next_offset,
+                    retention=policy,
                     accept_data_loss=accept_data_loss,
                 ),
             )

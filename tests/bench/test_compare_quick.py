@@ -20,7 +20,9 @@ SYSTEMS = (
     "streamwal_r3",
     "redis",
     "redis_always",
+    "redis_r3",
     "nats",
+    "nats_r3",
     "ceiling",
 )
 NUMBERS = ("produce_msgs_per_s", "produce_p99_ms", "consume_msgs_per_s", "e2e_p99_ms")
@@ -31,7 +33,7 @@ def _streamwal() -> str:
     return str(beside) if beside.exists() else "streamwal"
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(150)
 def test_compare_smoke_prints_a_table_then_the_json_of_every_system(tmp_path):
     plot = tmp_path / "compare.png"
     proc = subprocess.Popen(
@@ -43,7 +45,7 @@ def test_compare_smoke_prints_a_table_then_the_json_of_every_system(tmp_path):
         env={**os.environ, "TMPDIR": str(tmp_path)},
     )
     try:
-        out, err = proc.communicate(timeout=75)
+        out, err = proc.communicate(timeout=130)
     finally:
         if proc.poll() is None:  # SIGTERM lets the benchmark stop the servers it started
             proc.send_signal(signal.SIGTERM)
@@ -83,4 +85,13 @@ def test_compare_smoke_prints_a_table_then_the_json_of_every_system(tmp_path):
     assert r3["failover"]["kills"] == 1 and 0 < r3["failover_max_s"] < 30, r3["failover"]
     assert r3["failover"]["acked"] > 0 and r3["failover"]["history_ok"], r3["failover"]
     assert "streamwal_r3 failover: leader SIGKILLed 1x" in out
+    # The replicated run against the replicated peers only, in the same run.
+    assert set(r3["vs"]) == {
+        f"{k}_{p}"
+        for k in ("produce_x", "consume_x", "p99_ms_minus")
+        for p in ("redis_r3", "nats_r3")
+    }
+    assert "streamwal_r3 vs nats_r3: produce" in out
+    assert result["systems"]["redis_r3"]["durability"].startswith("primary + 2 replicas")
+    assert "3 replicas" in result["systems"]["nats_r3"]["durability"]
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

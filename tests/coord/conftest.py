@@ -171,13 +171,16 @@ class Cluster:
     def stub(self) -> cpbg.StreamingCoordChannelServiceStub:
         return cpbg.StreamingCoordChannelServiceStub(self.channel())
 
-    async def create(self, count: int, prefix: str = "", replicas: int = 1) -> list[str]:
+    async def create(
+        self, count: int, prefix: str = "", replicas: int = 1, allow_data_loss: bool = False
+    ) -> list[str]:
         reply = await self.stub().CreateChannels(
             cpb.CreateChannelsRequest(
                 owner=cpb.OwnerDescription(role="test"),
                 num_channels=count,
                 prefix=prefix,
                 replicas=replicas,
+                allow_data_loss=allow_data_loss,
             ),
             timeout=10,
         )

@@ -95,12 +95,40 @@ async def _not_served(cluster, node_id, name) -> bool:
     return name not in await served(cluster, node_id)
 
 
+async def test_a_killed_single_copy_waits_for_its_node_and_comes_back_with_its_log(cluster):
+    """Safe failover (the default): the pchannel is not moved off its lost node without
+    its records; it waits, UNAVAILABLE, and is served by that node again when it returns."""
+    for i in (1, 2):
+        await cluster.start_node(i)
+    await cluster.start_coord([1, 2])
+    names = await cluster.create(2)
+    before = await wait_for(lambda: cluster.all_assigned(names), 10, what="placement")
+    victim = next(n for n, d in before.items() if d.meta.node.server_id == 1)
+    cluster.kill_node(1)
+
+    async def waiting():
+        d = (await cluster.describe())[victim]
+        return d if d.meta.state == sm.UNAVAILABLE else None
+
+    await wait_for(waiting, 10, what="the pchannel marked unavailable")
+    await asyncio.sleep(2.0)  # two graces more: still not moved
+    d = (await cluster.describe())[victim]
+    assert d.meta.state == sm.UNAVAILABLE and d.meta.node.server_id == 1
+    assert not d.allow_data_loss and cluster.coord_events("unclean failover") == []
+    await cluster.start_node(1)
+    after = await wait_for(lambda: cluster.all_assigned(names), 15, what="back on node 1")
+    assert after[victim].meta.node.server_id == 1
+    assert after[victim].meta.channel.term > before[victim].meta.channel.term
+    assert cluster.coord_events("unclean failover") == []
+
+
 async def test_node_kill_fails_over_fast_and_stale_owner_is_fenced(cluster):
+    """With data loss allowed: an unclean failover, fast."""
     for i in (1, 2, 3):
         await cluster.start_node(i)
     metrics_port = cluster.free_port()
     await cluster.start_coord([1, 2, 3], "--metrics", f"127.0.0.1:{metrics_port}")
-    names = await cluster.create(6)
+    names = await cluster.create(6, allow_data_loss=True)
     before = await wait_for(lambda: cluster.all_assigned(names), 10, what="placement")
     victims = {n: d.meta.channel.term for n, d in before.items() if d.meta.node.server_id == 1}
     assert victims

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
+
 from streamwal.coord.leader_choice import (
     Choice,
     FenceReport,
@@ -112,3 +114,34 @@ def test_damaged_replicas_still_count_for_the_majority_but_cannot_lead_alone() -
     )
     assert isinstance(got, NoChoice)
     assert "no answering replica may lead" in got.reason
+
+
+def test_half_of_an_even_previous_set_meets_its_every_majority() -> None:
+    """Placed on 2 nodes (a third was missing), grown to 3, leader 1 dead before the
+    change completed: 2 (of the previous 2) and 3 answer, and 2 holds every committed
+    record (the set of 2 committed only on both): it leads, nothing is missed."""
+    assert has_quorum({2, 3}, [[1, 2, 3], [1, 2]])
+    assert not has_quorum({3}, [[1, 2, 3], [1, 2]])
+    assert has_quorum({2}, [[1, 2]]) and has_quorum({2, 3}, [[1, 2, 3, 4]])
+    rows = {2: FenceReport(2, 3, 120, commit_offset=110), 3: FenceReport(3, 3, 90)}
+    got = choose_leader(rows, [[1, 2, 3], [1, 2]], [1, 2, 3])
+    assert got == Choice(2, 120)
+
+
+@pytest.mark.parametrize("size", [2, 4])
+def test_even_sets_never_miss_a_committed_offset_exhaustive(size: int) -> None:
+    """Every way an even set's replicas hold prefixes of one history: what a majority
+    stored is held by the choice of any answering half."""
+    term_of = [1, 1, 2, 2, 3, 3]
+
+    def last_term(end: int) -> int:
+        return term_of[end - 1] if end else 0
+
+    members = list(range(1, size + 1))
+    for logs in itertools.product(range(0, 7), repeat=size):
+        committed = sorted(logs, reverse=True)[majority(size) - 1]
+        for answered in itertools.combinations(range(size), size // 2):
+            rows = {n + 1: FenceReport(n + 1, last_term(logs[n]), logs[n]) for n in answered}
+            got = choose_leader(rows, [members], members)
+            assert isinstance(got, Choice)
+            assert got.next_offset >= committed, (logs, answered, got)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from streamwal.coord import catch_up
 from streamwal.coord import planner as pl
 from streamwal.coord import state_machine as sm
 from streamwal.coord.memory import Memory, NodeReport
@@ -14,19 +15,30 @@ from streamwal.proto import streaming_pb2 as pb
 
 NODES = {n: f"127.0.0.1:{1000 + n}" for n in (1, 2, 3, 4)}
 LEADER, FOLLOWER = pb.REPLICA_ROLE_LEADER, pb.REPLICA_ROLE_FOLLOWER
+WAITING = catch_up.WAITING_FOR_REPLICA
 
 
 def ref(node: int) -> sm.NodeRef:
     return sm.NodeRef(node, NODES[node])
 
 
-def single(name: str, state=sm.ASSIGNED, node: int | None = 1, term: int = 1) -> Stored:
+def single(
+    name: str,
+    state=sm.ASSIGNED,
+    node: int | None = 1,
+    term: int = 1,
+    allow_data_loss: bool = False,
+    history: int | None = None,
+) -> Stored:
     meta = pb.PChannelMeta(channel=pb.PChannelInfo(name=name, term=term), state=state)
     if node is not None:
         meta.node.CopyFrom(ref(node).to_proto())
+    if history is not None:  # a move under way started from this node
+        meta.histories.add(term=term - 1, node=ref(history).to_proto())
     if state == sm.UNINITIALIZED:
         meta = sm.new_channel(name)
-    return Stored(cpb.ChannelRecord(meta=meta, replicas=1), f"v-{name}")
+    record = cpb.ChannelRecord(meta=meta, replicas=1, allow_data_loss=allow_data_loss)
+    return Stored(record, f"v-{name}")
 
 
 def replicated(
@@ -58,19 +70,26 @@ def round_of(
     rebalance=False,
     max_moves=1,
     now=100.0,
+    nodes=NODES,
+    grace=30.0,
+    labels=None,
+    domains=None,
 ) -> pl.Plan:
     snapshot = pl.Snapshot(
         records={s.name: s for s in records},
-        nodes=NODES,
+        nodes=nodes,
         drained=frozenset(drained),
         memory=memory or Memory(),
         rebalance_due=rebalance,
         max_moves=max_moves,
+        grace=grace,
+        labels=labels or {},
+        domains=domains or {},
     )
     seen = pl.Observations(
         alive=frozenset(alive),
         live=frozenset(alive if live is None else live),
-        lost=frozenset(set(NODES) - set(alive)),
+        lost=frozenset(set(nodes) - set(alive)),
         rechecked=frozenset(rechecked),
     )
     return pl.plan(snapshot, seen, now)
@@ -87,9 +106,13 @@ def kinds(plan: pl.Plan) -> list[tuple]:
         elif isinstance(job, pl.Rejoin):
             out.append(("rejoin", job.name, job.nodes))
         elif isinstance(job, pl.MarkUnavailable):
-            out.append(("unavailable", job.name, job.reason))
+            out.append(("unavailable", job.name, job.code or job.reason))
         elif isinstance(job, pl.CompleteJoint):
             out.append(("joint-done", job.name))
+        elif isinstance(job, pl.ApplyRetention):
+            out.append(("retention", job.name))
+        elif isinstance(job, pl.Unschedulable):
+            out.append(("unschedulable", job.name, job.reason))
         else:
             out.append(("remove", job.name, job.term, job.node.server_id))
     return out
@@ -108,9 +131,60 @@ ROUNDS = {
             ("reassign", "c3", "placement", 2),
         ],
     ),
-    "an owner declared lost: its pchannel fails over, the others stay": (
+    "an owner declared lost: its single copy waits for it (safe failover), the others stay": (
         dict(records=[single("a", node=1), single("b", node=2)], alive=(2, 3)),
+        [("unavailable", "a", WAITING)],
+    ),
+    "an owner declared lost, data loss allowed: an unclean failover, the others stay": (
+        dict(
+            records=[single("a", node=1, allow_data_loss=True), single("b", node=2)], alive=(2, 3)
+        ),
         [("reassign", "a", "failover", 3)],
+    ),
+    "a waiting pchannel is not marked again while its node stays away": (
+        dict(records=[single("a", sm.UNAVAILABLE, node=1)], alive=(2, 3)),
+        [],
+    ),
+    "its node back: a waiting pchannel returns there, with its own log": (
+        # node 1 already leads b and c: the balancer alone would have chosen 2 or 3
+        dict(
+            records=[single("a", sm.UNAVAILABLE, node=1), single("b"), single("c")],
+            alive=(1, 2, 3),
+        ),
+        [("reassign", "a", "failover", 1)],
+    ),
+    "its node back in the set but not probed yet: the pchannel waits one more round": (
+        dict(records=[single("a", sm.UNAVAILABLE, node=1)], alive=(1, 2, 3), live=(2, 3)),
+        [],
+    ),
+    "a move under way whose source node is gone waits, without a job": (
+        dict(records=[single("a", sm.ASSIGNING, node=2, term=2, history=1)], alive=(3,)),
+        [],
+    ),
+    "data loss allowed, its pod left the node set within the grace: it waits": (
+        dict(
+            records=[single("a", node=1, allow_data_loss=True)],
+            nodes={n: a for n, a in NODES.items() if n != 1},
+            alive=(2, 3, 4),
+            memory=Memory(lost_at={1: 90.0}),
+        ),
+        [
+            (
+                "unavailable",
+                "a",
+                "node 1 holds the only copy of its log and is gone: an "
+                "unclean failover in 20s unless it returns",
+            )
+        ],
+    ),
+    "data loss allowed, its pod gone for longer than the grace: an unclean failover": (
+        dict(
+            records=[single("a", node=1, allow_data_loss=True)],
+            nodes={n: a for n, a in NODES.items() if n != 1},
+            alive=(2, 3, 4),
+            memory=Memory(lost_at={1: 60.0}),
+        ),
+        [("reassign", "a", "failover", 2)],
     ),
     "a suspect owner (alive, not live) keeps its pchannel for the grace period": (
         dict(records=[single("a", node=1)], alive=(1, 2), live=(2,)),
@@ -129,7 +203,10 @@ ROUNDS = {
         [("reassign", "a", "failover", 1)],
     ),
     "no live node: an orphan is marked unavailable, a new pchannel just waits": (
-        dict(records=[single("a", node=1), single("n", sm.UNINITIALIZED)], alive=()),
+        dict(
+            records=[single("a", node=1, allow_data_loss=True), single("n", sm.UNINITIALIZED)],
+            alive=(),
+        ),
         [("unavailable", "a", "")],
     ),
     "a single copy that lost acknowledged records is neither moved nor re-assigned": (
@@ -297,3 +374,68 @@ def test_a_report_that_asks_for_action_wakes_the_reconciler() -> None:
     assert needs(1, [status("a", 1)])  # stale term (and "a" at 2 missing)
     assert needs(3, [])  # a replicated member that serves nothing
     assert not needs(4, [])
+
+
+def test_a_retention_the_members_have_not_taken_is_applied_once_assigned() -> None:
+    wanted = pb.RetentionPolicy(max_age_ms=3_600_000)
+    changed, same, moving, unset = (
+        single("a"),
+        single("b", node=2),
+        single("c", sm.ASSIGNING, node=2, term=2),
+        replicated("r"),
+    )
+    for stored in (changed, same, moving):
+        stored.record.retention.CopyFrom(wanted)
+    same.record.applied_retention.CopyFrom(wanted)
+    changed.record.applied_retention.CopyFrom(pb.RetentionPolicy(max_age_ms=60_000))
+    assert kinds(round_of([changed, same, moving, unset])) == [
+        ("reassign", "c", "resume", None),  # its move carries the retention
+        ("retention", "a"),
+    ]
+
+
+ZONES = {1: {"disk": "ssd"}, 2: {"disk": "ssd"}, 3: {"disk": "hdd"}, 4: {"disk": "hdd"}}
+
+
+def test_a_node_selector_places_single_copies_and_moves_them_off_unfit_nodes() -> None:
+    new = single("n", sm.UNINITIALIZED)
+    new.record.node_selector["disk"] = "hdd"
+    moved = single("m", node=1)
+    moved.record.node_selector["disk"] = "hdd"
+    plan = round_of([new, moved], labels=ZONES)
+    assert kinds(plan) == [("reassign", "m", "placement", 3), ("reassign", "n", "placement", 4)]
+
+
+def test_a_selector_no_live_node_matches_is_unschedulable_and_said_once() -> None:
+    stored = single("a", node=1)
+    stored.record.node_selector["disk"] = "nvme"
+    why = "placement.nodeSelector {disk=nvme} matches 0 of 4 live streaming nodes; 1 needed"
+    assert kinds(round_of([stored], labels=ZONES)) == [("unschedulable", "a", why)]
+    said = Memory(unschedulable={"a": why})
+    assert kinds(round_of([stored], labels=ZONES, memory=said)) == []
+    stored.record.node_selector["disk"] = "ssd"  # fixed: said again, as cleared
+    assert kinds(round_of([stored], labels=ZONES, memory=said)) == [("unschedulable", "a", "")]
+
+
+def test_replicas_follow_the_selector_and_required_anti_affinity() -> None:
+    r = replicated("r", members=(1, 2, 3), leader=1)
+    r.record.node_selector["disk"] = "hdd"  # only 3 and 4: 2 of 3 wanted, a majority
+    # node 4 replaces node 2 (a follower); leader 1 is unfit too: the next round hands over
+    assert kinds(round_of([r], labels=ZONES))[0] == ("term", "r", "reconfigure", (1, 4, 3))
+    p = replicated("p", members=(), leader=1, state=sm.UNINITIALIZED)
+    p.record.replicas = 3
+    one_host = {1: "host-a", 2: "host-a", 3: "host-a", 4: "host-b"}
+    why = "placement.antiAffinity Required: 4 eligible nodes span 2 topology domains; 2 needed"
+    assert kinds(round_of([p], domains=one_host))[0] == ("term", "p", "placement", (1, 4))
+    assert why not in str(kinds(round_of([p], domains=one_host)))
+    p.record.anti_affinity = "Preferred"
+    assert kinds(round_of([p], domains=one_host))[0] == ("term", "p", "placement", (1, 4, 2))
+    all_one = dict.fromkeys(NODES, "host-a")
+    p.record.anti_affinity = ""  # Required
+    assert kinds(round_of([p], domains=all_one)) == [
+        (
+            "unschedulable",
+            "p",
+            "placement.antiAffinity Required: 4 eligible nodes span 1 topology domains; 2 needed",
+        )
+    ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from streamwal.coord import replica_set as rs
+from streamwal.coord import state_machine as sm
 from streamwal.coord.replica_set import (
     ChannelView,
     Rejoin,
@@ -14,6 +16,7 @@ from streamwal.coord.replica_set import (
     readmit,
     replica_loads,
 )
+from streamwal.proto import coord_pb2 as cpb
 
 
 def view(**kw) -> ChannelView:
@@ -123,3 +126,32 @@ def test_readmit_puts_a_replaced_voter_back_in_place_of_a_member_being_added() -
     assert readmit((4, 5, 3), 1, stable=(1, 2, 3)) == (4, 1, 3)  # the last one added
     assert readmit((1, 2, 3), 1, stable=(1, 2, 3)) == (1, 2, 3)  # already a member
     assert readmit((1, 2, 3), 4, stable=(1, 2, 3)) is None  # nobody is being added
+
+
+def test_a_shrink_removes_followers_gone_ones_first_never_the_leader() -> None:
+    loads = {n: 0 for n in (1, 2, 3, 4, 5)}
+    live = alive = {1, 2, 3, 4, 5}
+    assert rs.desired_members((1, 2, 3), 1, alive, live, (), loads, leader=2) == [2]
+    # node 3 is gone: it goes first; then the last added of the others
+    assert rs.desired_members((1, 2, 3, 4, 5), 3, alive - {3}, live - {3}, (), loads, 1) == [
+        1,
+        2,
+        4,
+    ]
+    view = rs.ChannelView(True, True, 1, (1, 2, 3), (), 1, frozenset())
+    assert rs.next_step(view, alive, live, (), loads) == rs.TermChange("reconfigure", (1,))
+
+
+def test_a_single_owner_is_the_set_a_growth_starts_from() -> None:
+    record = cpb.ChannelRecord(replicas=3)
+    record.meta.CopyFrom(
+        sm.finish_assignment(sm.begin_assignment(sm.new_channel("c"), sm.NodeRef(4, "h:4")))
+    )
+    assert rs.current_members(record) == (4,)
+    view = rs.ChannelView(True, True, 4, (4,), (), 3, frozenset())
+    loads = {n: 0 for n in (1, 2, 3, 4)}
+    step = rs.next_step(view, {1, 2, 3, 4}, {1, 2, 3, 4}, (), loads)
+    assert step == rs.TermChange("reconfigure", (4, 1, 2))  # the owner stays, and votes
+    assert rs.next_step(view, {1, 2, 3}, {1, 2, 3}, (), loads) == rs.Wait(
+        "no majority of its replicas is alive"
+    )

@@ -8,11 +8,13 @@ defaults filled in, invalid ones are rejected with a message naming the field, a
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import yaml
 
-from tests.kube.conftest import CRD_FILE, Kubectl
+from streamwal import units
+from tests.kube.conftest import CHART, CRD_FILE, Kubectl
 
 
 def pchannel(name: str, **spec: object) -> str:
@@ -56,7 +58,7 @@ def test_valid_pchannel_applies_with_defaults(crd: Kubectl) -> None:
         ({"replicas": 0}, "spec.replicas in body should be greater than or equal to 1"),
         ({"replicas": 11}, "spec.replicas in body should be less than or equal to 9"),
         ({"retention": {"age": "7 days"}}, "spec.retention.age in body should match"),
-        ({"retention": {"size": "10GB"}}, "spec.retention.size in body should match"),
+        ({"retention": {"size": "10 parsecs"}}, "spec.retention.size in body should match"),
         (
             {"placement": {"antiAffinity": "Sometimes"}},
             'spec.placement.antiAffinity: Unsupported value: "Sometimes"',
@@ -137,3 +139,23 @@ def test_every_schema_field_has_a_description() -> None:
     walk(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"], "")
     # Items of a list are described by the list itself, as kubectl explain shows them.
     assert [m for m in missing if not m.endswith("[]")] == []
+
+
+def test_the_crd_and_the_chart_speak_the_clis_grammar_of_sizes_and_durations() -> None:
+    """One grammar (streamwal.units): what the node's flags take, the CRD and the chart's
+    schema take, and nothing else."""
+    spec = yaml.safe_load(CRD_FILE.read_text())["spec"]["versions"][0]["schema"]
+    retention = spec["openAPIV3Schema"]["properties"]["spec"]["properties"]["retention"]
+    assert retention["properties"]["age"]["pattern"] == units.DURATION_PATTERN
+    assert retention["properties"]["size"]["pattern"] == units.SIZE_PATTERN
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    node = schema["properties"]["node"]["properties"]["retention"]["properties"]
+    assert (node["age"]["pattern"], node["size"]["pattern"]) == (
+        units.DURATION_PATTERN,
+        units.SIZE_PATTERN,
+    )
+    for size in ("10GB", "512Mi", "1.5GiB", "unlimited", "0"):
+        assert re.match(units.SIZE_PATTERN, size) and units.parse_size(size) >= 0
+    for age in ("7d", "168h", "200ms", "forever", "0", "30"):
+        assert re.match(units.DURATION_PATTERN, age) and units.parse_duration_ms(age) >= 0
+    assert units.parse_size("unlimited") == 0 and units.parse_duration_ms("forever") == 0

@@ -209,8 +209,16 @@ class Cluster:
 
     # ------------------------------------------------------------ pods
     def add_node(
-        self, node_id: int, env: dict[str, str] | None = None, extra_args: tuple[str, ...] = ()
+        self,
+        node_id: int,
+        env: dict[str, str] | None = None,
+        extra_args: tuple[str, ...] = (),
+        node_name: str | None = None,
     ) -> LocalNode:
+        """A node process on 127.0.0.<id+1> and its Pod, Ready. `node_name` schedules the
+        pod on a (fictitious) Kubernetes node: its deletion is then graceful (the API
+        server sets deletionTimestamp and keeps it until deleted with grace 0), as a
+        kubelet-run pod's is."""
         node = LocalNode(
             self.tmp / f"node{node_id}" / "data",
             node_id=node_id,
@@ -227,13 +235,14 @@ class Cluster:
                 "labels": {**NODE_LABELS, "apps.kubernetes.io/pod-index": str(node_id)},
             },
             "spec": {
+                **({"nodeName": node_name} if node_name else {}),
                 "containers": [
                     {
                         "name": "node",
                         "image": "streamwal:test",
                         "ports": [{"name": "grpc", "containerPort": node.port}],
                     }
-                ]
+                ],
             },
         }
         self.kubectl("apply", "-f", "-", stdin=json.dumps(pod))

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import yaml
 
+from streamwal.coord.liveness import DEFAULT_GRACE, DEFAULT_PROBE_INTERVAL
 from streamwal.operator.cli import operator
 from tests.kube.conftest import CHART
 
@@ -34,6 +35,33 @@ def test_chart_operator_args_parse(kube_bin: Path) -> None:
     assert ctx.params["coord_listen"].endswith(":19500")
     assert ctx.params["liveness"] == "http://0.0.0.0:8080/healthz"
     assert ctx.params["node_selector"] == "app.kubernetes.io/component=streaming-node"
+    # The chart's failover values are the code's one default (longer than a pod restart).
+    assert ctx.params["grace"] == DEFAULT_GRACE >= 20
+    assert ctx.params["probe_interval"] == DEFAULT_PROBE_INTERVAL
+
+
+def test_chart_failover_values_reach_operator_and_coord(kube_bin: Path) -> None:
+    from streamwal.coord.cli import coord
+
+    sets = ["--set", "failover.grace=45", "--set", "failover.probeInterval=1"]
+    rendered = subprocess.run(
+        [str(kube_bin / "helm"), "template", "sw", str(CHART), *sets, "--set", "controller=coord"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    (deployment,) = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "Deployment"]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    ctx = coord.make_context("coord", args[1:])
+    assert (ctx.params["grace"], ctx.params["probe_interval"]) == (45, 1)
+    refused = subprocess.run(
+        [str(kube_bin / "helm"), "template", "sw", str(CHART), "--set", "failover.grace=0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode != 0 and "/failover/grace" in refused.stderr, refused.stderr
 
 
 def _node_container(kube_bin: Path, *sets: str) -> dict:
@@ -49,9 +77,15 @@ def _node_container(kube_bin: Path, *sets: str) -> dict:
 
 
 def test_chart_node_args_parse_and_open_the_produce_port(kube_bin: Path) -> None:
-    from streamwal.node.cli import node
+    from streamwal.node.cli import node, wait_drained
 
     container = _node_container(kube_bin)
+    # A deleted node pod waits (bounded) for its leaderships to move before it stops.
+    hook = container["lifecycle"]["preStop"]["exec"]["command"]
+    assert hook[:2] == ["streamwal", "wait-drained"]
+    drain = wait_drained.make_context("wait-drained", hook[2:]).params
+    assert drain == {"address": "127.0.0.1:19530", "timeout": 25.0}
+    assert "lifecycle" not in _node_container(kube_bin, "--set", "node.drainTimeoutSeconds=0")
     args = [a.replace("$(NODE_ID)", "0") for a in container["args"][1:]]
     ctx = node.make_context("node", args)
     assert ctx.params["listen"] == "0.0.0.0:19530"

@@ -1,12 +1,14 @@
 """The operator end to end: real kubectl, the real operator process (Kopf), real nodes.
 
 What users rely on: applying a PChannel gets it served by a node under a term that
-`kubectl get pch` shows; a failed node's channels come back on another node under a
-higher term, Ready again, with an Event saying so; deleting a PChannel releases it.
+`kubectl get pch` shows; a failed node's single copy waits for it (safe failover) unless
+data loss is allowed, then comes back on another node under a higher term, Ready again,
+with an Event saying so; deleting a PChannel releases it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import queue
 import time
@@ -14,6 +16,7 @@ import time
 import grpc
 import yaml
 
+from streamwal.client.node_client import NodeClient
 from streamwal.operator.handlers import FINALIZER
 from streamwal.proto import streaming_pb2 as pb
 from streamwal.proto import streaming_pb2_grpc as pbg
@@ -119,27 +122,85 @@ def discovered(port: int) -> dict[str, tuple[str, int]]:
     }
 
 
-def test_failed_node_pod_fails_over_with_higher_term_and_event(cluster: Cluster) -> None:
+def _condition(cluster: Cluster, name: str) -> dict:
+    status = (cluster.get(name) or {}).get("status") or {}
+    return next((c for c in status.get("conditions") or [] if c["type"] == "Ready"), {})
+
+
+async def _produce(address: str, name: str, term: int, count: int) -> list[int]:
+    async with NodeClient(address) as c:
+        producer = await c.producer(name, term)
+        results = await producer.send_many([b"m%d" % i for i in range(count)])
+        await producer.close()
+    return [r.offset for r in results]
+
+
+def test_a_failed_single_copy_waits_for_its_node_and_returns_with_its_log(
+    cluster: Cluster,
+) -> None:
+    """Safe failover by default: the only copy's node pod fails, another node is Ready,
+    and the pchannel does not move without its records; it says why, and when the pod is
+    back (same volume) it is served there again and its log continues."""
+    cluster.add_node(1)
+    cluster.add_node(2)
+    cluster.start_operator()  # --grace 1.0: the wait below is not the grace
+    cluster.kubectl("apply", "-f", "-", stdin=pchannel_yaml("ch-f"))
+    before = wait_for(lambda: cluster.ready("ch-f"), 30, "ch-f Ready")["status"]
+    victim = before["node"]["id"]
+    acked = asyncio.run(_produce(cluster.nodes[victim].address, "ch-f", before["term"], 500))
+
+    cluster.fail_node(victim)
+    cond = wait_for(
+        lambda: (c := _condition(cluster, "ch-f")).get("reason") == "WaitingForReplica" and c,
+        20,
+        "the WaitingForReplica condition",
+    )
+    assert cond["status"] == "False" and f"node {victim}" in cond["message"]
+    assert wait_for(
+        lambda: [e for e in cluster.events("ch-f") if e.reason == "WaitingForReplica"], 10
+    )
+    time.sleep(3)  # three graces: still waiting, nothing moved
+    status = cluster.get("ch-f")["status"]
+    assert status["state"] == "Unavailable" and status["node"]["id"] == victim
+    assert _condition(cluster, "ch-f")["reason"] == "WaitingForReplica"
+
+    cluster.nodes[victim].start()  # the pod recreated on its volume
+    cluster.set_ready(victim, True)
+    after = wait_for(lambda: cluster.ready("ch-f"), 30, "ch-f served again")["status"]
+    assert after["node"]["id"] == victim and after["term"] > before["term"]
+    more = asyncio.run(_produce(cluster.nodes[victim].address, "ch-f", after["term"], 1))
+    assert more[0] > max(acked)  # its own log, continued
+    reasons = {e.reason for e in cluster.events("ch-f")}
+    assert "UncleanFailover" not in reasons
+    assert not cluster.forbidden()
+
+
+def test_a_failed_node_pod_fails_over_when_data_loss_is_allowed(cluster: Cluster) -> None:
     cluster.add_node(1)
     cluster.add_node(2)
     cluster.start_operator()
-    cluster.kubectl("apply", "-f", "-", stdin=pchannel_yaml("ch-f"))
-    before = wait_for(lambda: cluster.ready("ch-f"), 30, "ch-f Ready")["status"]
+    cluster.kubectl(
+        "apply", "-f", "-", stdin=pchannel_yaml("ch-u", failover={"allowDataLoss": True})
+    )
+    before = wait_for(lambda: cluster.ready("ch-u"), 30, "ch-u Ready")["status"]
 
     victim = before["node"]["id"]
     survivor = 2 if victim == 1 else 1
     cluster.fail_node(victim)
 
     def moved() -> dict | None:
-        obj = cluster.ready("ch-f")
+        obj = cluster.ready("ch-u")
         return obj if obj and obj["status"]["node"]["id"] == survivor else None
 
-    after = wait_for(moved, 30, "ch-f on the survivor")["status"]
+    after = wait_for(moved, 30, "ch-u on the survivor")["status"]
     assert after["term"] > before["term"]
-    assert collect_status(cluster.nodes[survivor].address)["ch-f"] == after["term"]
-    failovers = wait_for(lambda: [e for e in cluster.events("ch-f") if e.reason == "Failover"], 10)
+    assert collect_status(cluster.nodes[survivor].address)["ch-u"] == after["term"]
+    failovers = wait_for(lambda: [e for e in cluster.events("ch-u") if e.reason == "Failover"], 10)
     assert f"term {after['term']}" in failovers[0].message
     assert f"was node {victim}" in failovers[0].message
+    assert wait_for(
+        lambda: [e for e in cluster.events("ch-u") if e.reason == "UncleanFailover"], 10
+    )
 
 
 def test_status_says_why_when_no_node_can_take_it(cluster: Cluster) -> None:

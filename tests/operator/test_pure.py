@@ -47,6 +47,38 @@ def test_ready_condition_names_the_reason_for_every_outcome() -> None:
     assert ok["status"] == "True" and ok["reason"] == "Assigned" and "term 1" in ok["message"]
 
 
+def test_a_single_copy_on_a_gone_node_waits_for_it_unless_data_loss_is_allowed() -> None:
+    spec = {"replicas": 1, "failover": {"allowDataLoss": False}}
+    record = st.record_from_object({**obj(), "spec": spec})
+    assigned = sm.finish_assignment(sm.begin_assignment(record.meta, sm.NodeRef(2, "a:1")))
+    record.meta.CopyFrom(sm.mark_unavailable(assigned))
+    for live in (0, 2):  # whether or not another node could take it
+        waiting = st.ready_condition(record, None, live)
+        assert (waiting["status"], waiting["reason"]) == ("False", "WaitingForReplica")
+        assert "node 2" in waiting["message"]
+    spec["failover"]["allowDataLoss"] = True
+    allowed = st.record_from_object({**obj(), "spec": spec})
+    assert allowed.allow_data_loss and not record.allow_data_loss
+    allowed.meta.CopyFrom(record.meta)
+    assert st.ready_condition(allowed, None, 2)["reason"] == "Unavailable"
+
+
+def test_more_replicas_than_nodes_is_not_ready_and_says_why() -> None:
+    record = st.record_from_object({**obj(), "spec": {"replicas": 5}})
+    assert st.ready_condition(record, None, 2)["reason"] == "NotEnoughNodes"  # 2 < 3 needed
+    assert st.ready_condition(record, None, 3)["reason"] == "Pending"  # a majority: placed
+    record.meta.CopyFrom(
+        sm.finish_assignment(sm.begin_assignment(record.meta, sm.NodeRef(1, "a:1")))
+    )
+    record.members.extend(sm.NodeRef(n, f"a:{n}").to_proto() for n in (1, 2, 3))
+    short = st.ready_condition(record, None, 3)
+    assert (short["status"], short["reason"]) == ("False", "NotEnoughNodes")
+    assert "3 of spec.replicas 5" in short["message"] and "not 2" in short["message"]
+    # enough nodes to grow: serving while the replicas are added
+    assert st.ready_condition(record, None, 5)["reason"] == "Assigned"
+    assert st.ready_reason({"conditions": [short]}) == "NotEnoughNodes"
+
+
 def test_transition_time_is_kept_while_the_condition_holds() -> None:
     record = st.record_from_object(obj())
     ready = st.ready_condition(record, None, 0)
@@ -100,7 +132,16 @@ def test_nodes_are_ready_pods_with_ip_grpc_port_and_id() -> None:
             pod("sw-node-5", "fd00::5", True, "5", port=1234),
         ]
     )
-    assert found == {0: "10.0.0.5:19530", 3: "10.0.0.8:19530", 5: "[fd00::5]:1234"}
+    # the terminating pod still serves: a node, drained so it hands over before it stops
+    assert found == {
+        0: "10.0.0.5:19530",
+        3: "10.0.0.8:19530",
+        4: "10.0.0.9:19530",
+        5: "[fd00::5]:1234",
+    }
+    assert pods.draining(
+        [pod("sw-node-4", "10.0.0.9", True, "4", deleting=True), pod("sw-node-0", "1.2.3.4", True)]
+    ) == {4}
 
 
 def test_replica_set_round_trips_and_spec_replicas_is_the_wanted_count() -> None:

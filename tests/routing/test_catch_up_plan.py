@@ -3,8 +3,10 @@ and when a move is an unclean failover."""
 
 from __future__ import annotations
 
+import pytest
+
 from streamwal.coord import state_machine as sm
-from streamwal.coord.catch_up import CatchUpPlan, data_holder, plan
+from streamwal.coord.catch_up import CatchUpPlan, data_holder, hold, plan
 
 A, B, C = sm.NodeRef(1, "h:1"), sm.NodeRef(2, "h:2"), sm.NodeRef(3, "h:3")
 
@@ -46,3 +48,21 @@ def test_a_lost_holder_means_an_unclean_failover_that_never_reuses_seen_offsets(
 
 def test_unavailable_keeps_the_lost_owner_as_holder() -> None:
     assert data_holder(sm.mark_unavailable(_assigned(A, 2)), None) == A
+
+
+HOLDS = {
+    # (holder, gone, gone_for, allow_data_loss, grace) -> waits?
+    "a new pchannel has no holder: it may go": ((None, True, None, False, 30.0), False),
+    "the holder is alive: the move copies from it": ((A, False, None, False, 30.0), False),
+    "the holder is gone: the single copy waits, however long": ((A, True, None, False, 30.0), True),
+    "gone for an hour, still waits without the opt-in": ((A, True, 3600.0, False, 30.0), True),
+    "data loss allowed, gone within the grace: waits": ((A, True, 10.0, True, 30.0), True),
+    "data loss allowed, gone past the grace: goes": ((A, True, 31.0, True, 30.0), False),
+    "data loss allowed, declared lost (past the grace): goes": ((A, True, None, True, 30.0), False),
+}
+
+
+@pytest.mark.parametrize("case", list(HOLDS))
+def test_a_gone_holder_is_waited_for_unless_data_loss_is_allowed(case: str) -> None:
+    args, waits = HOLDS[case]
+    assert bool(hold(*args)) == waits

@@ -67,8 +67,15 @@ async def test_streamwal_dev_runs_end_to_end_and_exits_0() -> None:
     assert summary["total_s"] < 45
 
 
+async def test_streamwal_dev_refuses_a_lasting_kill_of_single_copies_without_the_opt_in() -> None:
+    code, _out, err = await _dev("--no-restart", timeout=30)
+    assert code == 2 and "wait for it for ever" in err and "--allow-data-loss" in err, err
+
+
 async def test_streamwal_dev_fails_honestly_on_an_unclean_failover() -> None:
-    code, out, err = await _dev("--messages", "3000", "--no-restart", "--grace", "1")
+    code, out, err = await _dev(
+        "--messages", "3000", "--no-restart", "--allow-data-loss", "--grace", "1"
+    )
     assert code == 1, out + err[-4000:]
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["unclean_failovers"], out
