@@ -18,7 +18,7 @@ from streamwal.client.broadcast import BroadcastAppendResult
 from streamwal.client.kube_discovery import coord_address_in_namespace
 from streamwal.client.msgstream_types import MsgPack, MsgPosition, TsMsg, hash_key
 from streamwal.client.policy import DeliverFilter, DeliverPolicy
-from streamwal.client.wal import connect as connect_wal
+from streamwal.client.wal import open_wal
 from streamwal.errors import InvalidArgument
 from streamwal.message import MsgType, ResourceKey
 from streamwal.transport import TransportConfig
@@ -51,7 +51,7 @@ async def connect(
         coord = await asyncio.to_thread(
             coord_address_in_namespace, namespace, kubeconfig=kubeconfig, service=service
         )
-    wal = await connect_wal(
+    wal = await open_wal(
         coord, timeout=timeout, failover_timeout=failover_timeout, transport=transport
     )
     return WALAccessor(wal, transport)

@@ -270,7 +270,7 @@ class SyncWALAccessor:
         self.close()
 
 
-def connect(coord: str | None = None, **options) -> SyncWALAccessor:
+def open_blocking(coord: str | None = None, **options) -> SyncWALAccessor:
     """Blocking `streamwal.client.aio.connect`."""
     portal = _Portal()
     try:
