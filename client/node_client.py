@@ -27,7 +27,7 @@ from streamwal.message import PROP_TERM, PROP_TIME_TICK
 from streamwal.proto import groups_pb2 as gpb
 from streamwal.proto import milvus_pb2, wire_pb2
 from streamwal.proto import streaming_pb2 as pb
-from streamwal.transport import TransportConfig, make_channel
+from streamwal.transport import TransportConfig, internal_address, make_channel
 
 log = logging.getLogger("streamwal.client")
 
@@ -77,7 +77,11 @@ class NodeClient:
     ) -> None:
         self.address = address
         transport = transport or TransportConfig.from_env()
+        self._transport = transport
         self._channel = make_channel(address, transport)
+        # The node's internal listener (Assign, Remove, Fence): opened at
+        # the first such call, from the port the node's Describe names.
+        self._internal: aio.Channel | None = None
         if produce_port is None:
             produce_port = os.environ.get("STREAMWAL_PRODUCE_PORT", "on").lower() not in (
                 "off",
@@ -104,12 +108,22 @@ class NodeClient:
         for producer in list(self._producers):
             await producer.abandon()
         await self._channel.close()
+        if self._internal is not None:
+            await self._internal.close()
 
     async def wait_ready(self, timeout: float = 10.0) -> None:
         await asyncio.wait_for(self._channel.channel_ready(), timeout)
 
-    async def _unary(self, method: str, request, response_cls):
-        call = self._channel.unary_unary(
+    async def _unary(self, method: str, request, response_cls, internal: bool = False):
+        try:
+            if internal and self._internal is None:
+                where = await internal_address(self.address, self._transport)
+                if self._internal is None:  # another call may have opened it meanwhile
+                    self._internal = make_channel(where, self._transport)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        channel = self._internal if internal and self._internal else self._channel
+        call = channel.unary_unary(
             method,
             request_serializer=lambda m: m.SerializeToString(),
             response_deserializer=response_cls.FromString,
@@ -144,19 +158,19 @@ class NodeClient:
         if retention_age_ms is not None or retention_bytes is not None:
             req.retention.max_age_ms = retention_age_ms or 0
             req.retention.max_bytes = retention_bytes or 0
-        await self._unary(_MANAGER + "Assign", req, pb.StreamingNodeManagerAssignResponse)
+        await self._unary(_MANAGER + "Assign", req, pb.StreamingNodeManagerAssignResponse, True)
 
     async def fence(self, pchannel: str, term: int) -> pb.FenceResponse:
         """Raise the node's accepted term of `pchannel` (it stops leading or following lower
         terms) and learn its log: last record's term, log end, commit offset."""
         req = pb.FenceRequest(pchannel=pb.PChannelInfo(name=pchannel, term=term))
-        return await self._unary(_REPLICATION + "Fence", req, pb.FenceResponse)
+        return await self._unary(_REPLICATION + "Fence", req, pb.FenceResponse, True)
 
     async def remove(self, pchannel: str, term: int) -> None:
         req = pb.StreamingNodeManagerRemoveRequest(
             pchannel=pb.PChannelInfo(name=pchannel, term=term)
         )
-        await self._unary(_MANAGER + "Remove", req, pb.StreamingNodeManagerRemoveResponse)
+        await self._unary(_MANAGER + "Remove", req, pb.StreamingNodeManagerRemoveResponse, True)
 
     async def collect_status(self) -> pb.StreamingNodeManagerCollectStatusResponse:
         return await self._unary(

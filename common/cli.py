@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import importlib
 import os
+from typing import TYPE_CHECKING
 
 import click
 
 from streamwal import __version__
 from streamwal.units import parse_duration_ms, parse_size
+
+if TYPE_CHECKING:  # the transport imports gRPC: only the commands that serve load it
+    from streamwal.transport import TransportConfig
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 LOG_FORMATS = ("json", "text")
@@ -46,6 +50,30 @@ def size_text(n: float) -> str:
         if n >= factor and n % factor == 0:
             return f"{n // factor}{unit}"
     return f"{n} bytes"
+
+
+ACCESS_FILE = click.option(
+    "--access-file",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Who may call what (YAML or JSON, docs/security.md): identities from client "
+    "certificates, roles, pchannels. Required with mutual TLS (STREAMWAL_TLS_CA), refused "
+    "without it.",
+)
+
+
+def server_transport(access_file: str | None) -> TransportConfig:
+    """A server's transport (STREAMWAL_TLS_*) with the rules of --access-file; a click
+    error (one line, exit status 2) when the file is wrong or security is half on."""
+    from streamwal.access import AccessError
+    from streamwal.transport import TransportConfig
+
+    try:
+        return TransportConfig.from_env().for_server(access_file)
+    except AccessError as exc:
+        raise click.BadParameter(str(exc), param_hint="--access-file") from None
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 class Address(click.ParamType):

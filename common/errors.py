@@ -167,6 +167,16 @@ def error_for(code: int, cause: str) -> StreamingError:
     return cls(cause) if cls else StreamingError(cause, code)
 
 
+class PermissionDenied(StreamingError):
+    """The caller's certificate lacks the role or the pchannel for the call (docs/security.md):
+    retrying cannot help. Made from the gRPC status; the cause names identity and method."""
+
+    code = Code.STREAMING_CODE_UNKNOWN
+
+    def __str__(self) -> str:
+        return self.cause
+
+
 class Unavailable(StreamingError):
     """The node could not be reached or the stream broke (no StreamingCode from the node)."""
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import grpc
 
-from streamwal.errors import Code, StreamingError, Unavailable
+from streamwal.errors import Code, PermissionDenied, StreamingError, Unavailable
 from streamwal.proto import streaming_pb2 as pb
 
 ERROR_KEY = "streaming-error-bin"
@@ -61,6 +61,8 @@ def from_rpc_error(exc: grpc.RpcError) -> StreamingError:
         return err
     code = exc.code() if hasattr(exc, "code") else None
     details = exc.details() if hasattr(exc, "details") else str(exc)
+    if code in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED):
+        return PermissionDenied(f"{code.name}: {details}")
     return Unavailable(f"{code.name if code else 'RPC'}: {details}")
 
 

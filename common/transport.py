@@ -2,21 +2,26 @@
 
 Every server and client channel in streamwal comes from `make_server` / `make_channel`,
 so transport security is configured once: plaintext by default, TLS when a certificate
-is configured, mutual TLS when a CA is configured on the server, and per-service
-authorization (only the coord's identity may call the node manager service) on top of
-mTLS — all without touching call sites. Configuration comes from `TransportConfig`,
+is configured, mutual TLS when a CA is configured on the server, and on top of mTLS
+every call checked against the server's access rules (common/access.py: identities from
+the client certificate, roles, per-pchannel permissions) — all without touching call
+sites. Configuration comes from `TransportConfig`,
 which reads STREAMWAL_TLS_* environment variables by default.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import grpc
 from grpc import aio
+
+from streamwal import access
+from streamwal.proto import streaming_pb2, wire_pb2
 
 # What a client takes: a node's answers and records. A node takes smaller requests (its
 # --max-frame-size, node/grpc_limits.py); the per-message limit is the node's own.
@@ -45,34 +50,38 @@ _SERVER_OPTIONS = [
     ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
     ("grpc.so_reuseport", 0),
 ]
-MANAGER_SERVICE = "/milvus.proto.streaming.StreamingNodeManagerService/"
 
 
 def _read(path: str | None) -> bytes | None:
     return Path(path).read_bytes() if path else None
 
 
+NO_RULES = (
+    "mutual TLS (STREAMWAL_TLS_CA) needs an --access-file: without one every certificate "
+    "of the CA could call everything"
+)
+
+
 @dataclass(frozen=True)
 class TransportConfig:
-    """TLS material (file paths) and who may manage nodes. Empty means plaintext."""
+    """TLS material (file paths) and, on a server, who may call what. Empty: plaintext."""
 
     cert: str | None = None
     key: str | None = None
     ca: str | None = None
-    # Common names allowed to call StreamingNodeManagerService when mTLS is on.
-    manager_identities: tuple[str, ...] = field(default_factory=tuple)
     # The name clients check servers' certificates for, instead of the dialled host: on
     # Kubernetes nodes are dialled by pod IP, which no certificate issued ahead can carry.
     server_name: str | None = None
+    # A server's access rules (--access-file, common/access.py): every call is checked
+    # against the caller's certificate. Required with mutual TLS (`make_server`).
+    access: access.Access | None = None
 
     @staticmethod
     def from_env() -> TransportConfig:
-        names = os.environ.get("STREAMWAL_TLS_MANAGER_IDENTITIES", "")
         return TransportConfig(
             cert=os.environ.get("STREAMWAL_TLS_CERT") or None,
             key=os.environ.get("STREAMWAL_TLS_KEY") or None,
             ca=os.environ.get("STREAMWAL_TLS_CA") or None,
-            manager_identities=tuple(n for n in names.split(",") if n),
             server_name=os.environ.get("STREAMWAL_TLS_SERVER_NAME") or None,
         )
 
@@ -80,33 +89,114 @@ class TransportConfig:
     def tls(self) -> bool:
         return bool(self.cert and self.key) or bool(self.ca)
 
+    def for_server(self, access_file: str | None) -> TransportConfig:
+        """This configuration with the rules of `access_file`, for a server. ValueError
+        (one line) when security would be half on: rules without client certificates to
+        apply them to, or client certificates without rules (every certificate of the CA
+        could then manage nodes). An unreadable or wrong file: access.AccessError."""
+        if access_file and not (self.ca and self.cert and self.key):
+            raise ValueError(
+                "--access-file needs mutual TLS: set STREAMWAL_TLS_CA, STREAMWAL_TLS_CERT "
+                "and STREAMWAL_TLS_KEY"
+            )
+        if self.ca and not access_file:
+            raise ValueError(NO_RULES)
+        if access_file:
+            return replace(self, access=access.load(access_file))
+        return self
 
-class _ManagerAuthorization(aio.ServerInterceptor):
-    """Rejects node-manager calls from peers whose certificate is not a coord's."""
 
-    def __init__(self, identities: tuple[str, ...]) -> None:
-        self._identities = {i.encode() for i in identities}
+def _certificate_names(context: aio.ServicerContext) -> list[str]:
+    """The caller's verified certificate's CN and SANs (none without mutual TLS)."""
+    auth = context.auth_context()
+    found = [*auth.get("x509_common_name", []), *auth.get("x509_subject_alternative_name", [])]
+    return [n.decode(errors="replace") for n in found]
+
+
+_HEADERS = {
+    "create-producer-bin": streaming_pb2.CreateProducerRequest,
+    "create-consumer-bin": streaming_pb2.CreateConsumerRequest,
+}
+
+
+def _pchannels(where: str, request, context: aio.ServicerContext) -> list[str] | None:
+    """The pchannels a call names (`access.Method.pchannels`): [] when it names none,
+    None when they cannot be read (a missing or garbled header, a malformed request):
+    denied, as anything unclear is."""
+    if not where:
+        return []
+    if where.startswith("header:"):
+        key = where.removeprefix("header:")
+        for k, v in context.invocation_metadata() or ():
+            if k == key:
+                try:
+                    return [_HEADERS[key].FromString(v).pchannel.name]
+                except Exception:
+                    return None
+        return None
+    value = request
+    for part in where.split("."):
+        value = getattr(value, part, None)
+    if isinstance(value, str):
+        return [value]
+    if value is None or not all(isinstance(v, str) for v in value):
+        return None
+    return list(value)
+
+
+class _Authorization(aio.ServerInterceptor):
+    """Every call is checked against the access rules (common/access.py): the caller's
+    certificate names, the method's action, the pchannels it names. A method the rules
+    do not know is denied (fail closed)."""
+
+    def __init__(self, rules: access.Access) -> None:
+        self._rules = rules
 
     async def intercept_service(self, continuation, details):
         handler = await continuation(details)
-        if not details.method.startswith(MANAGER_SERVICE) or handler is None:
-            return handler
-        identities = self._identities
+        if handler is None:
+            return None
+        method = access.METHODS.get(details.method)
+        rules = self._rules
 
-        async def deny(request, context: aio.ServicerContext):
-            peer = context.auth_context().get("x509_common_name", [])
-            if not identities.intersection(peer):
+        async def check(request, context: aio.ServicerContext) -> None:
+            names = _certificate_names(context)
+            pchannels = _pchannels(method.pchannels, request, context) if method else None
+            if pchannels is None or method is None or not rules.allowed(names, method, pchannels):
+                who = ", ".join(names) or "no certificate"
+                on = f" on {', '.join(pchannels)}" if pchannels else ""
                 await context.abort(
                     grpc.StatusCode.PERMISSION_DENIED,
-                    "only the coord may call StreamingNodeManagerService",
+                    f"{who} may not call {details.method}{on}",
                 )
-            return await handler.unary_unary(request, context)
 
-        return grpc.unary_unary_rpc_method_handler(
-            deny,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
+        return _checked(handler, check)
+
+
+def _checked(handler: grpc.RpcMethodHandler, check) -> grpc.RpcMethodHandler:
+    """`handler` with `check(request or None, context)` run before it."""
+    kind = (
+        f"{'stream' if handler.request_streaming else 'unary'}_"
+        f"{'stream' if handler.response_streaming else 'unary'}"
+    )
+    behavior = getattr(handler, kind)
+    first = (lambda r: None) if handler.request_streaming else (lambda r: r)
+    if inspect.isasyncgenfunction(behavior):
+
+        async def checked(request, context):
+            await check(first(request), context)
+            async for response in behavior(request, context):
+                yield response
+
+    else:
+
+        async def checked(request, context):
+            await check(first(request), context)
+            return await behavior(request, context)
+
+    return getattr(grpc, f"{kind}_rpc_method_handler")(
+        checked, handler.request_deserializer, handler.response_serializer
+    )
 
 
 def make_server(
@@ -118,9 +208,11 @@ def make_server(
     the defaults of the same name (a node's limits); `interceptors` run after the
     authorization check."""
     config = config or TransportConfig.from_env()
-    chain = []
-    if config.ca and config.manager_identities:
-        chain.append(_ManagerAuthorization(config.manager_identities))
+    if config.ca and config.access is None:
+        raise ValueError(NO_RULES)
+    chain: list[aio.ServerInterceptor] = []
+    if config.access is not None:
+        chain.append(_Authorization(config.access))
     chain += interceptors
     replaced = {name for name, _ in options}
     merged = [o for o in _SERVER_OPTIONS if o[0] not in replaced] + list(options)
@@ -138,6 +230,38 @@ def bind(server: aio.Server, address: str, config: TransportConfig | None = None
         require_client_auth=bool(config.ca),
     )
     return server.add_secure_port(address, creds)
+
+
+DESCRIBE = "/streamwal.wire.StreamingNodeInfoService/Describe"
+DESCRIBE_TIMEOUT_S = 5.0
+
+
+async def internal_address(
+    address: str, config: TransportConfig | None = None, timeout: float = DESCRIBE_TIMEOUT_S
+) -> str:
+    """The address of the node's internal listener (manager and replication services),
+    given the gRPC address clients use: the node's Describe names the internal port on
+    the same host; 0 (a node run with --internal-listen shared) means that same address.
+
+    Asked at every new channel rather than remembered, so a node restarted on another
+    internal port is found again by the caller's ordinary reconnect."""
+    channel = make_channel(address, config)
+    try:
+        answer = await channel.unary_unary(
+            DESCRIBE,
+            request_serializer=wire_pb2.DescribeNodeRequest.SerializeToString,
+            response_deserializer=wire_pb2.DescribeNodeResponse.FromString,
+        )(wire_pb2.DescribeNodeRequest(), timeout=timeout)
+    finally:
+        await channel.close()
+    if not answer.internal_port:
+        return address
+    return f"{address.rpartition(':')[0]}:{answer.internal_port}"
+
+
+async def make_internal_channel(address: str, config: TransportConfig | None = None) -> aio.Channel:
+    """A channel to the internal listener of the node clients reach at `address`."""
+    return make_channel(await internal_address(address, config), config)
 
 
 def make_channel(address: str, config: TransportConfig | None = None) -> aio.Channel:

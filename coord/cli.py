@@ -13,6 +13,7 @@ from google.protobuf.json_format import MessageToDict
 
 from streamwal import logs
 from streamwal.cli import (
+    ACCESS_FILE,
     LOG_LEVEL,
     SECONDS,
     Address,
@@ -20,6 +21,7 @@ from streamwal.cli import (
     Size,
     check_address,
     coord_option,
+    server_transport,
 )
 from streamwal.coord.liveness import DEFAULT_GRACE, DEFAULT_PROBE_INTERVAL
 
@@ -116,6 +118,7 @@ class _Nodes(click.ParamType):
     help="Start even though pchannel records the meta store once had are gone (deleted "
     "files): those pchannels are dropped for good. Without it the coord refuses to start.",
 )
+@ACCESS_FILE
 @LOG_LEVEL
 def coord(
     listen: str,
@@ -129,9 +132,11 @@ def coord(
     rebalance_interval: float,
     max_clock_offset: float,
     forget_missing_meta: bool,
+    access_file: str | None,
     log_level: str,
 ) -> None:
     """Run the coord: assigns pchannels to nodes, fails them over, tells clients."""
+    security = server_transport(access_file)
     from streamwal.coord.coordinator import CoordConfig
     from streamwal.coord.server import parse_nodes, serve
     from streamwal.errors import StreamingError
@@ -147,7 +152,7 @@ def coord(
             rebalance_interval=rebalance_interval,
             max_clock_offset=max_clock_offset,
         )
-        asyncio.run(serve(listen, meta_dir, config, metrics, forget_missing_meta))
+        asyncio.run(serve(listen, meta_dir, config, metrics, forget_missing_meta, security))
     except StreamingError as err:
         raise click.ClickException(str(err)) from None
 

@@ -1,6 +1,7 @@
 """The coord's thin gRPC adapter to streaming nodes' manager service.
 
-One channel per node, built by `streamwal.transport`. Every call has a deadline so a dead
+One channel per node, to its internal listener (found from the node's gRPC address by
+`transport.internal_address`), built by `streamwal.transport`. Every call has a deadline so a dead
 or hung node can never stall the coord; failures come back as typed errors:
 `StreamingError` subclasses when the node answered with one (trailing metadata
 `streaming-error-bin`), `Unavailable` when it did not answer at all. (The client's
@@ -33,10 +34,13 @@ class NodeLinks:
         self._retired: list[aio.Channel] = []
         self._replaced: dict[str, float] = {}
 
-    def _stub(self, address: str, replication: bool):
+    async def _stub(self, address: str, replication: bool, timeout: float):
         stubs = self._stubs.get(address)
         if stubs is None:
-            channel = transport.make_channel(address, self._config)
+            internal = await transport.internal_address(address, self._config, timeout)
+            stubs = self._stubs.get(address)  # another call may have made it meanwhile
+        if stubs is None:
+            channel = transport.make_channel(internal, self._config)
             self._channels[address] = channel
             stubs = self._stubs[address] = (
                 pbg.StreamingNodeManagerServiceStub(channel),
@@ -48,7 +52,7 @@ class NodeLinks:
         self, address: str, method: str, request, timeout: float, replication: bool = False
     ):
         try:
-            stub = self._stub(address, replication)
+            stub = await self._stub(address, replication, timeout)
             return await getattr(stub, method)(request, timeout=timeout)
         except grpc.RpcError as err:
             await self._drop_if_failing(address)

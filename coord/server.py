@@ -153,14 +153,17 @@ def parse_nodes(text: str) -> dict[int, str]:
 
 
 async def start_grpc(
-    coord: Coordinator, listen: str, channel_service: bool = True
+    coord: Coordinator,
+    listen: str,
+    channel_service: bool = True,
+    security: transport.TransportConfig | None = None,
 ) -> tuple[aio.Server, health.aio.HealthServicer, int]:
     """Serve the coord's gRPC services for `coord` on `listen`; returns server, health, port.
 
     The Kubernetes operator serves the same services beside Kopf, without the channel
     service (there, PChannel resources are created with kubectl, not through the coord).
     """
-    server = transport.make_server()
+    server = transport.make_server(security)
     pbg.add_StreamingCoordAssignmentServiceServicer_to_server(AssignmentService(coord), server)
     pbg.add_StreamingCoordStateServiceServicer_to_server(StateService(coord), server)
     if channel_service:
@@ -170,7 +173,7 @@ async def start_grpc(
     )
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    port = transport.bind(server, listen)
+    port = transport.bind(server, listen, security)
     await server.start()
     await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     return server, health_servicer, port
@@ -191,12 +194,13 @@ async def serve(
     config: CoordConfig,
     metrics_address: str | None = None,
     forget_missing_meta: bool = False,
+    security: transport.TransportConfig | None = None,
 ) -> None:
-    """Run a coord until SIGTERM / SIGINT."""
+    """Run a coord until SIGTERM / SIGINT; `security`: its server's TLS and access rules."""
     store = LocalMetaStore(meta_dir, forget_missing=forget_missing_meta)
     coord = Coordinator(store, config)
     await coord.start()
-    server, health_servicer, port = await start_grpc(coord, listen)
+    server, health_servicer, port = await start_grpc(coord, listen, security=security)
     if metrics_address:
         serve_metrics(coord, metrics_address)
     log.info("coord serving", extra={"listen": listen, "port": port, "meta_dir": meta_dir})

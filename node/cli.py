@@ -14,7 +14,14 @@ import os
 import click
 
 from streamwal import logs
-from streamwal.cli import LOG_LEVEL, Address, Duration, Size
+from streamwal.cli import (
+    ACCESS_FILE,
+    LOG_LEVEL,
+    Address,
+    Duration,
+    Size,
+    server_transport,
+)
 from streamwal.node.config import NodeConfig
 
 KIB, MIB, GIB = 1024, 1024**2, 1024**3
@@ -24,11 +31,16 @@ MAX_GRPC_INT = 2**31 - 1
 COUNT = click.IntRange(1, 10_000_000)
 
 
-class _ProduceListen(Address):
-    name = "auto|off|host:port"
+class _ListenOr(Address):
+    """HOST:PORT, or one of `words`."""
+
+    def __init__(self, *words: str) -> None:
+        super().__init__(listen=True)
+        self.words = words
+        self.name = "|".join((*words, "host:port"))
 
     def convert(self, value, param, ctx) -> str:
-        return value if value in ("auto", "off") else super().convert(value, param, ctx)
+        return value if value in self.words else super().convert(value, param, ctx)
 
 
 @click.command("node")
@@ -38,6 +50,17 @@ class _ProduceListen(Address):
     show_default=True,
     type=Address(listen=True),
     help="gRPC HOST:PORT (port 0: any free port, see --port-file).",
+)
+@click.option(
+    "--internal-listen",
+    default="auto",
+    show_default=True,
+    type=_ListenOr("auto", "shared"),
+    help="The internal listener: the manager and replication services (Assign, Remove, "
+    "Fence, Fetch, Replicate; read-only CollectStatus is on --listen too), called only by "
+    "the coord, the operator and peer nodes. HOST:PORT, 'auto' (the --listen host, any "
+    "free port; peers learn it from the node's Describe) or 'shared' (on --listen, as the "
+    "seed's single port).",
 )
 @click.option(
     "--data-dir",
@@ -180,8 +203,8 @@ class _ProduceListen(Address):
     default=4096,
     show_default=True,
     type=click.IntRange(1, 1_000_000),
-    help="Connections per listener (gRPC, produce port); the node raises its open-file "
-    "limit to hold both.",
+    help="Connections per listener (gRPC, internal, produce port); the node raises its open-file "
+    "limit to hold them all.",
 )
 @click.option(
     "--max-connections-per-peer",
@@ -258,11 +281,12 @@ class _ProduceListen(Address):
     "--produce-listen",
     default="auto",
     show_default=True,
-    type=_ProduceListen(listen=True),
+    type=_ListenOr("auto", "off"),
     help="The produce port (Produce over plain TCP frames, lower latency than gRPC): "
     "HOST:PORT, 'auto' (the --listen host, any free port; clients learn it from the node), "
     "or 'off'. Always off when TLS is configured.",
 )
+@ACCESS_FILE
 @click.option(
     "--port-file",
     default=None,
@@ -270,16 +294,17 @@ class _ProduceListen(Address):
     help="Write the bound port here once serving (for --listen HOST:0).",
 )
 @LOG_LEVEL
-def node(log_level: str, **flags) -> None:
+def node(log_level: str, access_file: str | None, **flags) -> None:
     """Run a streaming node: a durable WAL of pchannels served over gRPC.
 
     `streamwal node list` and `streamwal node drain|undrain ID` ask the coord instead."""
     config = _config(**flags)
+    security = server_transport(access_file)
     from streamwal.node.server import NodeServer, StartupError
 
     logs.configure(log_level)
     try:
-        _run(NodeServer(config).serve_forever())
+        _run(NodeServer(config, security).serve_forever())
     except StartupError as err:
         raise click.ClickException(str(err)) from None
 

@@ -8,6 +8,9 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class NodeConfig:
     listen: str = "127.0.0.1:19530"
+    # The manager and replication services' listener: "auto" = the gRPC host on a free
+    # port (named by Describe), HOST:PORT, or "shared" (on `listen`, the seed's one port).
+    internal_listen: str = "auto"
     data_dir: str = "./data/node"
     node_id: int = 1
     metrics: str | None = None

@@ -35,7 +35,7 @@ from streamwal.node.channel import Channel
 from streamwal.node.health import quorum_contact
 from streamwal.node.replica import FollowerRole, LeaderRole, Member, Progress, Role
 from streamwal.proto import streaming_pb2 as pb
-from streamwal.transport import make_channel
+from streamwal.transport import make_internal_channel
 
 if TYPE_CHECKING:
     from streamwal.node.wal import Wal
@@ -306,7 +306,10 @@ class Replication:
         )
 
     async def _follow_once(self, ch: Channel, role: FollowerRole) -> None:
-        channel = make_channel(role.leader.address)
+        try:  # the leader's internal listener, asked anew at every reconnect
+            channel = await make_internal_channel(role.leader.address)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
         try:
             call = channel.stream_stream(
                 REPLICATE,

@@ -11,6 +11,7 @@ import socket
 import time
 
 import grpc
+from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import start_http_server
 
@@ -49,12 +50,12 @@ def _check_bindable(address: str, flag: str) -> None:
 
 
 def raise_fd_limit(connections: int) -> None:
-    """Raise the soft limit on open files to the hard one: both listeners may hold
+    """Raise the soft limit on open files to the hard one: its three listeners may hold
     `connections` sockets each, and a node at its file limit locks every client out."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    needed = 2 * connections + 256
+    needed = 3 * connections + 256
     if hard != resource.RLIM_INFINITY and hard < needed:
         log.warning(
             "open-file limit below the connection limits",
@@ -71,6 +72,29 @@ class NodeServer:
         self._server = None
         self._metrics_server = None
         self._produce_port: ProducePort | None = None
+        self.internal_port = 0  # 0: the internal services share `port` (or not started)
+        self._internal_server: aio.Server | None = None
+        self._internal_calls: CallLimits | None = None
+
+    def _grpc_server(self, calls: CallLimits) -> aio.Server:
+        """A gRPC server with the node's limits and health and Describe services."""
+        server = make_server(self.transport, server_options(self.config), [calls])
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        server.add_generic_rpc_handlers([self._info_handler()])
+        return server
+
+    def _bind(self, server: aio.Server, address: str, flag: str) -> int:
+        """Listen on `address` (`flag` names it in errors); the bound port."""
+        _check_bindable(address, flag)
+        try:
+            port = bind(server, address, self.transport)
+        except OSError as exc:  # the TLS files (STREAMWAL_TLS_*)
+            raise StartupError(f"cannot read {exc.filename}: {exc.strerror}") from None
+        except RuntimeError as exc:  # gRPC's "Failed to bind"
+            raise StartupError(f"cannot listen on {address} ({flag}): {exc}") from None
+        if port == 0:
+            raise StartupError(f"cannot listen on {address} ({flag})")
+        return port
 
     def _open_store(self) -> LogStore:
         """The node's store, salvaged first when damage was found (node/salvage.py), and
@@ -114,26 +138,29 @@ class NodeServer:
         self.wal.start()
         self.service = NodeService(self.wal)
         self._health = health.aio.HealthServicer()
-        self._calls = CallLimits(cfg, self.service.count_limit)
-        server = make_server(self.transport, server_options(cfg), [self._calls])
-        server.add_generic_rpc_handlers(self.service.handlers())
+        client_services, internal_services = self.service.handlers()
         self.groups = GroupService(self.wal, self.service)
         self.groups.start()
-        server.add_generic_rpc_handlers([self.groups.handler()])
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
-        server.add_generic_rpc_handlers([self._info_handler()])
-        _check_bindable(cfg.listen, "--listen")
-        try:
-            self.port = bind(server, cfg.listen, self.transport)
-        except OSError as exc:  # the TLS files (STREAMWAL_TLS_*)
-            raise StartupError(f"cannot read {exc.filename}: {exc.strerror}") from None
-        except RuntimeError as exc:  # gRPC's "Failed to bind"
-            raise StartupError(f"cannot listen on {cfg.listen} (--listen): {exc}") from None
-        if self.port == 0:
-            raise StartupError(f"cannot listen on {cfg.listen} (--listen)")
+        self._calls = CallLimits(cfg, self.service.count_limit)
+        server = self._grpc_server(self._calls)
+        server.add_generic_rpc_handlers([*client_services, self.groups.handler()])
+        if cfg.internal_listen == "shared":  # one port, as the seed's node
+            server.add_generic_rpc_handlers(internal_services)
+        else:
+            self._internal_calls = CallLimits(cfg, self.service.count_limit)
+            self._internal_server = self._grpc_server(self._internal_calls)
+            self._internal_server.add_generic_rpc_handlers(internal_services)
+        self.port = self._bind(server, cfg.listen, "--listen")
+        if self._internal_server is not None:
+            where = cfg.internal_listen
+            if where == "auto":  # the gRPC host, any free port (peers learn it from Describe)
+                where = f"{cfg.listen.rpartition(':')[0]}:0"
+            self.internal_port = self._bind(self._internal_server, where, "--internal-listen")
         await self._open_produce_port()
         await server.start()
         self._server = server
+        if self._internal_server is not None:
+            await self._internal_server.start()
         self.metrics.watch_limits(limits.configured(cfg), self._limit_usage)
         if cfg.metrics:
             host, _, port = cfg.metrics.rpartition(":")
@@ -158,6 +185,7 @@ class NodeServer:
                 "listen": cfg.listen,
                 "port": self.port,
                 "produce_port": self.produce_port,
+                "internal_port": self.internal_port,
                 "node_id": cfg.node_id,
                 "pchannels": len(self.wal.channels),
                 "startup_s": round(time.perf_counter() - started, 3),
@@ -170,9 +198,11 @@ class NodeServer:
 
     def _limit_usage(self) -> dict[str, float]:
         port = self._produce_port
+        calls = [c for c in (self._calls, self._internal_calls) if c is not None]
         return {
-            "connections": self._calls.connections.total + (port.counts.total if port else 0),
-            "streams": self._calls.calls,
+            "connections": sum(c.connections.total for c in calls)
+            + (port.counts.total if port else 0),
+            "streams": sum(c.calls for c in calls),
             "receive_buffer": port.buffer.used if port else 0,
             "txns": len(self.service.txns),
         }
@@ -194,7 +224,9 @@ class NodeServer:
     def _info_handler(self) -> grpc.GenericRpcHandler:
         async def describe(_request, _context) -> wire_pb2.DescribeNodeResponse:
             return wire_pb2.DescribeNodeResponse(
-                server_id=self.config.node_id, produce_port=self.produce_port
+                server_id=self.config.node_id,
+                produce_port=self.produce_port,
+                internal_port=self.internal_port,
             )
 
         return grpc.method_handlers_generic_handler(
@@ -236,6 +268,7 @@ class NodeServer:
     async def _stop_serving(self, grace: float) -> None:
         await asyncio.gather(
             self._server.stop(grace) if self._server else asyncio.sleep(0),
+            self._internal_server.stop(grace) if self._internal_server else asyncio.sleep(0),
             self._produce_port.stop(grace) if self._produce_port else asyncio.sleep(0),
         )
 

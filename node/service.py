@@ -117,7 +117,10 @@ class NodeService:
         if isinstance(what, str):
             self.wal.metrics.limit_exceeded.labels(what).inc()
 
-    def handlers(self) -> list[grpc.GenericRpcHandler]:
+    def handlers(self) -> tuple[list[grpc.GenericRpcHandler], list[grpc.GenericRpcHandler]]:
+        """The client listener's services (Produce, Consume, state, CollectStatus) and the
+        internal listener's (manager, replication, state)."""
+
         def ser(msg) -> bytes:
             # A Produce stream's hot-path answers come serialized already (ProduceStream).
             return msg if isinstance(msg, bytes) else msg.SerializeToString()
@@ -169,7 +172,17 @@ class NodeService:
                 ),
             },
         )
-        return [handler, manager, state, replication]
+        # CollectStatus is read-only and clients ask it (a pchannel's end offset, Spark's
+        # node discovery), so the client listener answers it too.
+        status = grpc.method_handlers_generic_handler(
+            "milvus.proto.streaming.StreamingNodeManagerService",
+            {
+                "CollectStatus": grpc.unary_unary_rpc_method_handler(
+                    self.collect_status, _tolerant(pb.StreamingNodeManagerCollectStatusRequest), ser
+                ),
+            },
+        )
+        return [handler, state, status], [manager, state, replication]
 
     # -- replication -------------------------------------------------------------------
 

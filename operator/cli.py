@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import click
 
 from streamwal import logs
-from streamwal.cli import LOG_LEVEL, SECONDS, Address
+from streamwal.cli import ACCESS_FILE, LOG_LEVEL, SECONDS, Address, server_transport
 from streamwal.coord.liveness import DEFAULT_GRACE, DEFAULT_PROBE_INTERVAL
 from streamwal.tasks import cancel_and_wait
 
@@ -167,6 +167,7 @@ def _http_url(_ctx, _param, value: str | None) -> str | None:
     help="Seconds without an answer before a node is lost; also how long a pchannel that "
     "allows data loss waits for its only copy's node before moving without it.",
 )
+@ACCESS_FILE
 @LOG_LEVEL
 def operator(
     namespace: str,
@@ -182,6 +183,7 @@ def operator(
     liveness: str | None,
     probe_interval: float,
     grace: float,
+    access_file: str | None,
     log_level: str,
 ) -> None:
     """Run the PChannel operator (Kopf): assigns PChannels to streaming-node pods.
@@ -190,6 +192,10 @@ def operator(
     (they serve AssignmentDiscover) and take over when the leader's Lease expires. A
     leader that cannot renew for --renew-deadline stops acting and exits (code 1).
     """
+    if access_file and not coord_listen:
+        raise click.BadParameter("rules for a coord server: give --coord-listen too",
+                                 param_hint="--access-file")  # fmt: skip
+    security = server_transport(access_file) if coord_listen else None
     from streamwal.operator.election import ElectionConfig
     from streamwal.operator.handlers import parse_selector
     from streamwal.operator.runtime import OperatorConfig
@@ -211,6 +217,7 @@ def operator(
         metrics=metrics,
         probe_interval=probe_interval,
         grace=grace,
+        security=security,
     )
     quiet_kopf()
     sys.exit(asyncio.run(run(cfg, lease, election, identity, liveness)))

@@ -27,6 +27,7 @@ from streamwal.operator import pods as podlib
 from streamwal.operator import status as st
 from streamwal.operator.kube_meta_store import GROUP, KIND, VERSION, KubeMetaStore
 from streamwal.tasks import cancel_and_wait
+from streamwal.transport import TransportConfig
 
 log = logging.getLogger("streamwal.operator")
 
@@ -48,6 +49,8 @@ class OperatorConfig:
     metrics: str | None = None
     probe_interval: float = DEFAULT_PROBE_INTERVAL
     grace: float = DEFAULT_GRACE
+    # The coord server's TLS and access rules (--access-file); None: STREAMWAL_TLS_*.
+    security: TransportConfig | None = None
 
 
 def load_api() -> client.ApiClient:
@@ -107,7 +110,7 @@ class OperatorRuntime:
         await self.coord.start()
         if self.cfg.coord_listen:
             self._server, _health, self.grpc_port = await start_grpc(
-                self.coord, self.cfg.coord_listen, channel_service=False
+                self.coord, self.cfg.coord_listen, channel_service=False, security=self.cfg.security
             )
         if self.cfg.metrics:
             self.metrics_port = serve_metrics(self.coord, self.cfg.metrics)

@@ -23,9 +23,11 @@ class DescribeNodeRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class DescribeNodeResponse(_message.Message):
-    __slots__ = ("server_id", "produce_port")
+    __slots__ = ("server_id", "produce_port", "internal_port")
     SERVER_ID_FIELD_NUMBER: _ClassVar[int]
     PRODUCE_PORT_FIELD_NUMBER: _ClassVar[int]
+    INTERNAL_PORT_FIELD_NUMBER: _ClassVar[int]
     server_id: int
     produce_port: int
-    def __init__(self, server_id: _Optional[int] = ..., produce_port: _Optional[int] = ...) -> None: ...
+    internal_port: int
+    def __init__(self, server_id: _Optional[int] = ..., produce_port: _Optional[int] = ..., internal_port: _Optional[int] = ...) -> None: ...

@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,13 +25,9 @@ from streamwal import transport
 from streamwal.proto import coord_pb2 as cpb
 from streamwal.proto import coord_pb2_grpc as cpbg
 from streamwal.proto import streaming_pb2 as pb
-from streamwal.testing.local_node import LocalNode
+from streamwal.testing.local_node import LocalNode, free_port
 
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+__all__ = ["LocalCluster", "free_port"]
 
 
 class LocalCluster:
@@ -47,6 +42,9 @@ class LocalCluster:
         coord_args: tuple[str, ...] = (),
         log_level: str = "info",  # the nodes'
         coord_address: str | None = None,  # default: a free loopback port
+        node_args: tuple[str, ...] = (),
+        node_env: dict[str, str] | None = None,
+        transport: transport.TransportConfig | None = None,  # the cluster's own calls
     ) -> None:
         self.root = Path(root)
         self.node_ids = list(range(1, nodes + 1))
@@ -54,6 +52,9 @@ class LocalCluster:
         self.grace = grace
         self.coord_args = coord_args
         self.log_level = log_level
+        self.node_args = node_args
+        self.node_env = node_env
+        self.transport = transport
         self.nodes: dict[int, LocalNode] = {}
         self.coord_proc: subprocess.Popen | None = None
         self.coord_address = coord_address or f"127.0.0.1:{free_port()}"
@@ -68,7 +69,8 @@ class LocalCluster:
             node = self.nodes[node_id] = LocalNode(
                 self.root / f"node{node_id}",
                 node_id=node_id,
-                extra_args=("--log-level", self.log_level),
+                extra_args=("--log-level", self.log_level, *self.node_args),
+                env=self.node_env,
             )
         return node
 
@@ -153,7 +155,7 @@ class LocalCluster:
 
     def channel(self) -> aio.Channel:
         if self._channel is None:
-            self._channel = transport.make_channel(self.coord_address)
+            self._channel = transport.make_channel(self.coord_address, self.transport)
         return self._channel
 
     async def create_channels(

@@ -9,10 +9,17 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
 
 
 class LocalNode:
@@ -29,6 +36,12 @@ class LocalNode:
         self.node_id = node_id
         self.host = host
         self.port = port
+        # The internal listener's port, kept across restarts as the gRPC port is (callers
+        # that hold a channel to it find the restarted node there), unless the caller's
+        # --internal-listen says otherwise. Picked at the first start, which may run in
+        # another network namespace (tests/nemesis), where `host` lives.
+        self.internal_port = 0
+        self._pick_internal = not any(a.startswith("--internal-listen") for a in extra_args)
         self.extra_args = extra_args
         self.env = env
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}.log"
@@ -42,12 +55,18 @@ class LocalNode:
     def start(self, timeout: float = 30.0) -> LocalNode:
         """Spawn the node and return once it serves (its gRPC port is bound)."""
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        if self._pick_internal and not self.internal_port:
+            self.internal_port = free_port(self.host)
+        internal = [f"--internal-listen={self.host}:{self.internal_port}"] * bool(
+            self.internal_port
+        )
         argv = [
             sys.executable, "-m", "streamwal", "node",
             "--listen", f"{self.host}:{self.port}",
             "--data-dir", str(self.data_dir),
             "--node-id", str(self.node_id),
             "--port-file", str(self.port_file),
+            *internal,
             *self.extra_args,
         ]  # fmt: skip
         self.port_file.unlink(missing_ok=True)

@@ -3,6 +3,7 @@ and upgrades on the real kube-apiserver, and its alerting rules pass promtool.""
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 import subprocess
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from streamwal.access import parse
 from tests.control_plane import ControlPlane
 from tests.kube.conftest import CHART, CRD_FILE, Kubectl, install_crd, kubectl_for, wait_for
 
@@ -22,9 +24,11 @@ MONITORING_API = [
     "monitoring.coreos.com/v1/PrometheusRule",
 ]
 TLS = [
-    "--set", "tls.enabled=true", "--set", "tls.caSecret=wal-ca", "--set", "tls.nodeSecret=wal-node",
-    "--set", "tls.coordSecret=wal-coord", "--set", "tls.clientSecret=wal-client",
+    "--set", "tls.issuer=secrets", "--set", "tls.caSecret=wal-ca",
+    "--set", "tls.nodeSecret=wal-node", "--set", "tls.coordSecret=wal-coord",
+    "--set", "tls.clientSecret=wal-client",
 ]  # fmt: skip
+PLAINTEXT = ["--set", "tls.enabled=false"]
 
 
 def helm(kube_bin: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -65,7 +69,8 @@ def test_chart_lints(kube_bin: Path, values: list[str]) -> None:
     [
         ("controller=bogus", "at '/controller': value must be one of 'operator', 'coord'"),
         ("node.durability=bogus", "at '/node/durability': value must be one of 'sync', 'async'"),
-        ("tls.enabled=true", "at '/tls/"),
+        ("tls.issuer=secrets", "at '/tls/"),  # secrets: they must be named
+        ("tls.issuer=vault", "at '/tls/issuer'"),
         ("node.retention.age=7 days", "at '/node/retention/age'"),
         ("node.replicas=0", "at '/node/replicas': minimum"),
         ("pchannel.replicas=2", "at '/pchannel/replicas'"),
@@ -86,18 +91,20 @@ def test_chart_ships_the_project_crd(kube_bin: Path) -> None:
 
 
 def test_streaming_nodes_render_as_production_needs(kube_bin: Path) -> None:
-    docs = render(kube_bin)
+    """Plaintext (the opt-out): the produce port is open and gRPC probes are native."""
+    docs = render(kube_bin, *PLAINTEXT)
     sts = find(docs, "StatefulSet", "-node")
     pod = sts["spec"]["template"]
     assert sts["spec"]["replicas"] == 3
     assert pod["metadata"]["labels"]["app.kubernetes.io/component"] == "streaming-node"
     (container,) = pod["spec"]["containers"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"grpc": 19530, "produce": 19531, "metrics": 9091}
+    assert ports == {"grpc": 19530, "produce": 19531, "internal": 19532, "metrics": 9091}
     args = container["args"]
-    assert args[:6] == [
+    assert args[:7] == [
         "node",
         "--listen=0.0.0.0:19530",
+        "--internal-listen=0.0.0.0:19532",
         "--data-dir=/data",
         "--node-id=$(NODE_ID)",
         "--metrics=0.0.0.0:9091",
@@ -118,8 +125,16 @@ def test_streaming_nodes_render_as_production_needs(kube_bin: Path) -> None:
     assert headless["spec"]["clusterIP"] == "None"
     assert sts["spec"]["serviceName"] == headless["metadata"]["name"]
     assert find(docs, "PodDisruptionBudget", "-node")["spec"]["maxUnavailable"] == 1
-    policy = find(docs, "NetworkPolicy", "-node")["spec"]["ingress"][0]
-    assert {p["port"] for p in policy["ports"]} == {"grpc", "produce"}
+    internal, clients = find(docs, "NetworkPolicy", "-node")["spec"]["ingress"][:2]
+    assert {p["port"] for p in clients["ports"]} == {"grpc", "produce"}
+    # The internal port: this release's pods in this namespace only (no namespaceSelector).
+    assert [p["port"] for p in internal["ports"]] == ["internal"]
+    assert internal["from"] == [
+        {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "streamwal",
+                                         "app.kubernetes.io/instance": "wal"}}}
+    ]  # fmt: skip
+    service = find(docs, "Service", "-node-headless-internal")
+    assert [p["port"] for p in service["spec"]["ports"]] == [19532]
 
 
 def test_pod_values_reach_every_component(kube_bin: Path) -> None:
@@ -196,17 +211,88 @@ def test_tls_mounts_the_secrets_and_closes_the_produce_port(kube_bin: Path) -> N
         volumes = {v["name"]: v.get("secret", {}).get("secretName") for v in spec["volumes"]}
         assert volumes["tls-ca"] == "wal-ca" and volumes["tls-cert"] == secret
     node = pod_spec(docs, "StatefulSet", "-node")["containers"][0]
-    env = {e["name"]: e.get("value") for e in node["env"]}
-    assert env["STREAMWAL_TLS_MANAGER_IDENTITIES"] == "wal-streamwal-coord"
     assert "--produce-listen=off" in node["args"]
-    assert {p["name"] for p in node["ports"]} == {"grpc", "metrics"}
+    # Every server reads the access file: the release's own certificates are `cluster`.
+    for kind, suffix in (("StatefulSet", "-node"), ("Deployment", "-operator")):
+        spec = pod_spec(docs, kind, suffix)
+        assert "--access-file=/etc/streamwal/access/access.yaml" in spec["containers"][0]["args"]
+        volumes = {v["name"]: v.get("configMap", {}).get("name") for v in spec["volumes"]}
+        assert volumes["access"] == "wal-streamwal-access"
+    text = find(docs, "ConfigMap", "-access")["data"]["access.yaml"]
+    parse(text)  # what the servers will read: no AccessError
+    access = yaml.safe_load(text)
+    cluster = {"names": ["wal-streamwal-node", "wal-streamwal-coord"], "roles": ["cluster"]}
+    assert access == {"identities": [cluster]}
+    assert {p["name"] for p in node["ports"]} == {"grpc", "internal", "metrics"}
     assert node["readinessProbe"]["tcpSocket"]["port"] == 19530  # no TLS in gRPC probes
-    policy = find(docs, "NetworkPolicy", "-node")["spec"]["ingress"][0]
+    policy = find(docs, "NetworkPolicy", "-node")["spec"]["ingress"][1]
     assert {p["port"] for p in policy["ports"]} == {"grpc"}
     test_pod = find(docs, "Pod", "-test-coord-health")["spec"]
     assert test_pod["volumes"][1]["secret"]["secretName"] == "wal-client"
     no_client = render(kube_bin, *TLS[:-2])
     assert not [d for d in no_client if d["kind"] == "Pod"]  # no client certificate: no test
+
+
+def test_security_is_on_by_default_with_certificates_the_chart_issues(
+    kube_bin: Path, tmp_path: Path
+) -> None:
+    """Default values: mutual TLS with a CA and node, coord and client certificates the
+    chart makes (each verifying against the CA, the servers' carrying the server name,
+    names matching the access file's cluster identities), the access file passed."""
+    docs = render(kube_bin)
+    secrets = {d["metadata"]["name"]: d["data"] for d in docs if d["kind"] == "Secret"}
+    parts = ("ca", "node", "coord", "client")
+    assert set(secrets) == {f"wal-streamwal-tls-{p}" for p in parts}
+    for part in parts:
+        for key in ("ca.crt", "tls.crt", "tls.key"):
+            (tmp_path / f"{part}.{key}").write_bytes(
+                base64.b64decode(secrets[f"wal-streamwal-tls-{part}"][key])
+            )
+    ca = str(tmp_path / "ca.tls.crt")
+    for part in ("node", "coord", "client"):
+        leaf = str(tmp_path / f"{part}.tls.crt")
+        check = subprocess.run(["openssl", "verify", "-CAfile", ca, leaf],
+                               capture_output=True, text=True, timeout=30)  # fmt: skip
+        assert check.returncode == 0, check.stdout + check.stderr
+        text = subprocess.run(["openssl", "x509", "-in", leaf, "-noout", "-subject", "-ext",
+                               "subjectAltName"], capture_output=True, text=True,
+                              timeout=30).stdout  # fmt: skip
+        assert f"CN = wal-streamwal-{part}" in text
+        assert ("DNS:wal-streamwal" in text) is (part != "client")
+    node = pod_spec(docs, "StatefulSet", "-node")
+    (container,) = node["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["STREAMWAL_TLS_CA"] == "/etc/streamwal/tls/ca/ca.crt"
+    assert "--access-file=/etc/streamwal/access/access.yaml" in container["args"]
+    assert "--produce-listen=off" in container["args"]
+    volumes = {v["name"]: v.get("secret", {}).get("secretName") for v in node["volumes"]}
+    assert volumes["tls-ca"] == "wal-streamwal-tls-ca"
+    assert volumes["tls-cert"] == "wal-streamwal-tls-node"
+    test_pod = find(docs, "Pod", "-test-coord-health")["spec"]
+    assert {v.get("secret", {}).get("secretName") for v in test_pod["volumes"]} >= {
+        "wal-streamwal-tls-client"
+    }
+    plain = render(kube_bin, *PLAINTEXT)
+    assert not [d for d in plain if d["kind"] in ("Secret", "ConfigMap") and "tls" in
+                d["metadata"]["name"] + str(d.get("data", {}).keys())]  # fmt: skip
+
+
+def test_cert_manager_issues_the_certificates_when_picked(kube_bin: Path) -> None:
+    values = ["--set", "tls.issuer=cert-manager", "--set", "tls.certManager.issuerRef.name=ca",
+              "--set", "tls.certManager.issuerRef.kind=ClusterIssuer"]  # fmt: skip
+    docs = render(kube_bin, *values)
+    certs = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "Certificate"}
+    assert set(certs) == {"wal-streamwal-node", "wal-streamwal-coord", "wal-streamwal-client"}
+    assert certs["wal-streamwal-node"]["secretName"] == "wal-streamwal-tls-node"
+    assert certs["wal-streamwal-node"]["dnsNames"] == ["wal-streamwal"]
+    assert certs["wal-streamwal-coord"]["commonName"] == "wal-streamwal-coord"
+    assert certs["wal-streamwal-client"]["issuerRef"] == {"name": "ca", "kind": "ClusterIssuer"}
+    assert not [d for d in docs if d["kind"] == "Secret"]
+    node = pod_spec(docs, "StatefulSet", "-node")
+    volumes = {v["name"]: v.get("secret", {}).get("secretName") for v in node["volumes"]}
+    assert volumes["tls-ca"] == volumes["tls-cert"] == "wal-streamwal-tls-node"
+    refused = helm(kube_bin, "template", "wal", str(CHART), *values[:2], check=False)
+    assert refused.returncode != 0 and "needs tls.certManager.issuerRef.name" in refused.stderr
 
 
 def test_operator_rbac_is_least_privilege(kube_bin: Path) -> None:
@@ -402,12 +488,14 @@ def monitoring_crds_absent(cp: ControlPlane) -> None:
 def test_helm_install_and_upgrade_on_the_api_server(
     kube_control_plane: ControlPlane, kube_bin: Path, tmp_path: Path
 ) -> None:
-    """Default values, TLS on, monitoring on (with and without the Prometheus Operator's
-    CRDs): every object is accepted by the real API server (pods stay Pending: no kubelet
-    runs them); an upgrade with unchanged values changes nothing."""
+    """Default values (security on: certificates the chart issues), TLS with the user's
+    Secrets, monitoring on (with and without the Prometheus Operator's CRDs): every object
+    is accepted by the real API server (pods stay Pending: no kubelet runs them); an
+    upgrade with unchanged values changes nothing, the certificates included; the
+    NetworkPolicy read back admits the nodes' internal port from no other namespace."""
     cp = kube_control_plane
     monitoring_crds_absent(cp)
-    ns = {name: cp.create_namespace() for name in ("plain", "tls", "monitoring")}
+    ns = {name: cp.create_namespace() for name in ("default", "tls", "monitoring")}
     kubectl = kubectl_for(cp, cp.kubeconfig, tmp_path / "home")
     helm_run = kubectl.tool(kube_bin / "helm")
 
@@ -415,22 +503,50 @@ def test_helm_install_and_upgrade_on_the_api_server(
         out = helm_run(verb, "wal", str(CHART), "-n", ns[name], *values, timeout=120)
         return out.stdout
 
-    notes = install("plain")
+    def secrets() -> dict[str, tuple[str, dict[str, str]]]:
+        out = kubectl("get", "secrets", "-n", ns["default"], "-o", "json").stdout
+        return {s["metadata"]["name"]: (s["metadata"]["resourceVersion"], s["data"])
+                for s in json.loads(out)["items"] if "-tls-" in s["metadata"]["name"]}  # fmt: skip
+
+    notes = install("default")
     assert "STATUS: deployed" in notes and "ServiceMonitor: not created" in notes
-    before = versions(kubectl, ns["plain"])
+    assert "Security is on: mutual TLS (certificates: helm)" in notes
+    issued = secrets()
+    assert set(issued) == {f"wal-streamwal-tls-{p}" for p in ("ca", "node", "coord", "client")}
+    before = versions(kubectl, ns["default"])
     expected = ("StatefulSet/wal-streamwal-node", "Deployment/wal-streamwal-operator",
-                "Service/wal-streamwal-coord", "Role/wal-streamwal-operator")  # fmt: skip
+                "Service/wal-streamwal-coord", "Role/wal-streamwal-operator",
+                "ConfigMap/wal-streamwal-access",
+                "Service/wal-streamwal-node-headless-internal")  # fmt: skip
     assert set(expected) <= set(before)
-    assert "REVISION: 2" in install("plain", verb="upgrade")
-    assert versions(kubectl, ns["plain"]) == before  # nothing changed
-    pods = kubectl("get", "pods", "-n", ns["plain"], "-o", "json").stdout
+    node = json.loads(kubectl("get", "statefulset", "wal-streamwal-node", "-n", ns["default"],
+                              "-o", "json").stdout)["spec"]["template"]["spec"]  # fmt: skip
+    assert "--access-file=/etc/streamwal/access/access.yaml" in node["containers"][0]["args"]
+    assert "REVISION: 2" in install("default", verb="upgrade")
+    assert versions(kubectl, ns["default"]) == before  # nothing changed
+    assert secrets() == issued  # the certificates are kept (lookup), not made anew
+    pods = kubectl("get", "pods", "-n", ns["default"], "-o", "json").stdout
     assert json.loads(pods)["items"] == []  # no controller-manager: no pods, nothing runs
+
+    # The internal port, as the API server stored the policy: admitted only from pods of
+    # this release in this namespace (a podSelector alone); no rule admits it otherwise.
+    policy = json.loads(kubectl("get", "networkpolicy", "wal-streamwal-node", "-n",
+                                ns["default"], "-o", "json").stdout)["spec"]  # fmt: skip
+    internal = [r for r in policy["ingress"] if {"port": "internal", "protocol": "TCP"}
+                in r.get("ports", [])]  # fmt: skip
+    assert len(internal) == 1
+    assert internal[0]["from"] == [{"podSelector": {"matchLabels": {
+        "app.kubernetes.io/instance": "wal", "app.kubernetes.io/name": "streamwal"}}}]  # fmt: skip
+    for rule in policy["ingress"]:
+        assert rule.get("ports"), rule  # no rule admits every port
+        if any(p["port"] == "internal" for p in rule["ports"]):
+            assert all(set(peer) == {"podSelector"} for peer in rule["from"])
 
     for secret in ("wal-ca", "wal-node", "wal-coord", "wal-client"):
         files = ("ca.crt", "tls.crt", "tls.key")
         kubectl("create", "secret", "generic", secret, "-n", ns["tls"],
                 *(f"--from-literal={f}=x" for f in files))  # fmt: skip
-    assert "TLS is on" in install("tls", *TLS)
+    assert "Security is on: mutual TLS (certificates: secrets)" in install("tls", *TLS)
     install("tls", *TLS, verb="upgrade")
 
     on = ["--set", "metrics.serviceMonitor.enabled=true",

@@ -130,7 +130,7 @@ async def test_garbled_header(node: LocalNode, bystander, method) -> None:
 
 
 async def test_malformed_unary_request(node: LocalNode, bystander) -> None:
-    channel = make_channel(node.address)
+    channel = make_channel(f"{node.host}:{node.internal_port}")
     call = channel.unary_unary(
         MANAGER + "Assign", request_serializer=None, response_deserializer=None
     )

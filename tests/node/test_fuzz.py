@@ -52,6 +52,9 @@ FLAGS = (
     "--txn-max-open", "32",
     "--txn-max-open-per-stream", "4",
     "--header-timeout", "2s",
+    # Every service on one port, so one channel fuzzes them all (the listeners' split is
+    # tests/node/test_internal_listener.py's).
+    "--internal-listen", "shared",
 )  # fmt: skip
 TERM = 1
 UNARY_NAMES = ["fa-0", "fa-1"]  # the unary RPCs may assign, fence and remove these

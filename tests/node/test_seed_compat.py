@@ -23,6 +23,7 @@ from grpc_tools import protoc
 from streamwal.client.node_client import NodeClient
 from streamwal.client.policy import DeliverPolicy
 from streamwal.testing.local_node import LocalNode
+from tests.node.conftest import StartNode
 from tests.node.helpers import read_data
 
 HERE = Path(__file__).resolve().parent
@@ -58,9 +59,15 @@ def seed_code(tmp_path: Path) -> Path:
     return out
 
 
-async def test_seed_client_produces_and_consumes(
-    seed_code: Path, node: LocalNode, client: NodeClient
-) -> None:
+async def test_seed_client_produces_and_consumes(seed_code: Path, start_node: StartNode) -> None:
+    """The seed's client plays the coord too (Assign on the node's one address): a node
+    run with --internal-listen shared serves the manager services there, as the seed's."""
+    node = start_node("n1", "--internal-listen=shared")
+    async with NodeClient(node.address) as client:
+        await _seed_round(seed_code, node, client)
+
+
+async def _seed_round(seed_code: Path, node: LocalNode, client: NodeClient) -> None:
     count = 25
     proc = subprocess.run(
         [sys.executable, str(HERE / "seed_client.py"), str(seed_code), node.address, "seed", "25"],

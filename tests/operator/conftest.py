@@ -33,8 +33,10 @@ if str(ROOT) not in sys.path:
 from kubernetes import client  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
 
+from streamwal import transport  # noqa: E402
 from streamwal.proto import streaming_pb2 as pb  # noqa: E402
 from streamwal.proto import streaming_pb2_grpc as pbg  # noqa: E402
+from streamwal.proto import wire_pb2  # noqa: E402
 from streamwal.testing.local_node import LocalNode  # noqa: E402
 from tests.control_plane import ControlPlane  # noqa: E402
 from tests.kube import conftest as kube  # noqa: E402
@@ -80,8 +82,16 @@ def log_time(text: str, msg: str) -> float | None:
 
 
 def collect_status(address: str, timeout: float = 2.0) -> dict[str, int]:
-    """{pchannel: term} a node serves, from its CollectStatus."""
+    """{pchannel: term} a node serves, from its CollectStatus (on the internal listener,
+    whose port the node's Describe names)."""
     with grpc.insecure_channel(address) as ch:
+        describe = ch.unary_unary(
+            transport.DESCRIBE,
+            request_serializer=wire_pb2.DescribeNodeRequest.SerializeToString,
+            response_deserializer=wire_pb2.DescribeNodeResponse.FromString,
+        )
+        port = describe(wire_pb2.DescribeNodeRequest(), timeout=timeout).internal_port
+    with grpc.insecure_channel(f"{address.rpartition(':')[0]}:{port}" if port else address) as ch:
         stub = pbg.StreamingNodeManagerServiceStub(ch)
         resp = stub.CollectStatus(pb.StreamingNodeManagerCollectStatusRequest(), timeout=timeout)
     return {c.pchannel.name: c.pchannel.term for c in resp.channels}

@@ -79,7 +79,7 @@ def _node_container(kube_bin: Path, *sets: str) -> dict:
 def test_chart_node_args_parse_and_open_the_produce_port(kube_bin: Path) -> None:
     from streamwal.node.cli import node, wait_drained
 
-    container = _node_container(kube_bin)
+    container = _node_container(kube_bin, "--set", "tls.enabled=false")
     # A deleted node pod waits (bounded) for its leaderships to move before it stops.
     hook = container["lifecycle"]["preStop"]["exec"]["command"]
     assert hook[:2] == ["streamwal", "wait-drained"]
@@ -90,7 +90,9 @@ def test_chart_node_args_parse_and_open_the_produce_port(kube_bin: Path) -> None
     ctx = node.make_context("node", args)
     assert ctx.params["listen"] == "0.0.0.0:19530"
     assert ctx.params["produce_listen"] == "0.0.0.0:19531"
+    assert ctx.params["internal_listen"] == "0.0.0.0:19532"
+    assert {"name": "internal", "containerPort": 19532, "protocol": "TCP"} in container["ports"]
     assert {"name": "produce", "containerPort": 19531, "protocol": "TCP"} in container["ports"]
-    off = _node_container(kube_bin, "--set", "node.producePort=0")
+    off = _node_container(kube_bin, "--set", "tls.enabled=false", "--set", "node.producePort=0")
     assert "--produce-listen=off" in off["args"]
     assert all(p["name"] != "produce" for p in off["ports"])

@@ -33,6 +33,16 @@ from tests.pki import issue, make_ca
 SERVER_NAME = f"{RELEASE}-streamwal"  # the chart's default tls.serverName
 
 
+ACCESS_FILE = "--access-file=/etc/streamwal/access/access.yaml"
+
+
+def local_args(spec: dict[str, Any], access_file: Path) -> tuple[str, ...]:
+    """The container's --access-file, pointed at the ConfigMap's file written here."""
+    (container,) = spec["containers"]
+    assert ACCESS_FILE in container["args"]
+    return ("--access-file", str(access_file))
+
+
 def local_env(spec: dict[str, Any], secrets: dict[str, Path]) -> dict[str, str]:
     """The container's literal env, each path under a Secret's mount moved to the
     directory holding that Secret's files here (item paths as the volume maps them)."""
@@ -77,9 +87,11 @@ async def test_produce_through_the_charts_tls_configuration(
         for key, path in files.items():
             (local / key).write_bytes(path.read_bytes())
     values = [
-        "--set", "tls.enabled=true", "--set", "tls.caSecret=wal-ca",
+        "--set", "tls.issuer=secrets", "--set", "tls.caSecret=wal-ca",
         "--set", "tls.nodeSecret=wal-node", "--set", "tls.coordSecret=wal-coord",
         "--set", "tls.clientSecret=wal-client",
+        "--set-json", 'access.identities=[{"names": ["an-application"], '
+                      '"roles": {"producer": ["ch-*"], "consumer": ["ch-tls"]}}]',
     ]  # fmt: skip
     helm = cluster.kubectl.tool(kube_bin / "helm")
     helm("install", RELEASE, str(CHART), "-n", cluster.ns, *values, timeout=120)
@@ -92,11 +104,18 @@ async def test_produce_through_the_charts_tls_configuration(
     operator_spec = installed("deployment", f"{RELEASE}-streamwal-operator")
     node_env = local_env(node_spec, secrets)
     assert node_env["STREAMWAL_TLS_SERVER_NAME"] == SERVER_NAME
-    assert node_env["STREAMWAL_TLS_MANAGER_IDENTITIES"] == f"{RELEASE}-streamwal-coord"
     assert "--produce-listen=off" in node_spec["containers"][0]["args"]
+    access_file = tmp_path / "access.yaml"
+    access_file.write_text(
+        json.loads(cluster.kubectl("get", "configmap", f"{RELEASE}-streamwal-access",
+                                   "-o", "json").stdout)["data"]["access.yaml"]
+    )  # fmt: skip
     for i in (1, 2, 3):
-        cluster.add_node(i, env=node_env, extra_args=("--produce-listen=off",))
-    op = cluster.start_operator(env=local_env(operator_spec, secrets))
+        args = ("--produce-listen=off", *local_args(node_spec, access_file))
+        cluster.add_node(i, env=node_env, extra_args=args)
+    op = cluster.start_operator(
+        *local_args(operator_spec, access_file), env=local_env(operator_spec, secrets)
+    )
     cluster.kubectl("apply", "-f", "-", stdin=pchannel_yaml("ch-tls", replicas=3))
     obj = wait_for(lambda: cluster.ready("ch-tls"), 40, "ch-tls Ready over mTLS")
     assert len(obj["status"]["replicas"]) == 3
@@ -104,7 +123,7 @@ async def test_produce_through_the_charts_tls_configuration(
         assert '"produce_port": 0' in node.log_tail(20000)  # the produce port stays closed
 
     app = pairs["wal-client"]
-    transport = TransportConfig(str(app.cert), str(app.key), str(ca.cert), (), SERVER_NAME)
+    transport = TransportConfig(str(app.cert), str(app.key), str(ca.cert), SERVER_NAME)
     async with await connect(coord=f"127.0.0.1:{op.coord_port}", transport=transport) as wal:
         sent = [await wal.raw_append(Message("ch-tls_v1", f"m{i}".encode())) for i in range(20)]
     leader = cluster.nodes[obj["status"]["node"]["id"]]
@@ -113,12 +132,14 @@ async def test_produce_through_the_charts_tls_configuration(
             "ch-tls", obj["status"]["term"], end_offset=sent[-1].message_id + 1, time_ticks=False
         )
         got = [m.payload async for m in consumer]
-        # An application's certificate cannot assign or remove pchannels.
-        with pytest.raises(StreamingError, match="PERMISSION_DENIED: only the coord may call"):
-            await client.collect_status()
+        # An application's certificate cannot manage or fence nodes.
+        with pytest.raises(StreamingError, match="PERMISSION_DENIED: an-application may not"):
+            await client.remove("ch-tls", obj["status"]["term"])
+        with pytest.raises(StreamingError, match="PERMISSION_DENIED: an-application may not"):
+            await client.fence("ch-tls", obj["status"]["term"] + 5)
     assert [p for p in got if p.startswith(b"m")] == [f"m{i}".encode() for i in range(20)]
     # Without a certificate of the CA a peer gets nothing.
-    anonymous = TransportConfig(None, None, str(ca.cert), (), SERVER_NAME)
+    anonymous = TransportConfig(None, None, str(ca.cert), SERVER_NAME)
     async with NodeClient(leader.address, anonymous) as client:
         with pytest.raises(StreamingError):
             await client.collect_status()

@@ -58,21 +58,51 @@ capabilities:
 {{- .Values.serviceAccount.name | default (printf "%s-operator" (include "streamwal.fullname" .)) -}}
 {{- end -}}
 
-{{/* TLS: the name server certificates carry, and who may manage nodes. */}}
+{{/* TLS Secrets: the user's (tls.issuer=secrets) or those the chart or cert-manager
+     fills (<fullname>-tls-{ca,node,coord,client}). cert-manager puts ca.crt in every
+     certificate's Secret, so the node's serves as the CA Secret there.
+     Call with (dict "root" $ "part" "ca|node|coord|client"). */}}
+{{- define "streamwal.tlsSecret" -}}
+{{- $tls := .root.Values.tls -}}
+{{- if eq $tls.issuer "secrets" -}}
+{{- index $tls (printf "%sSecret" .part) -}}
+{{- else if and (eq $tls.issuer "cert-manager") (eq .part "ca") -}}
+{{- include "streamwal.fullname" .root }}-tls-node
+{{- else -}}
+{{- include "streamwal.fullname" .root }}-tls-{{ .part }}
+{{- end -}}
+{{- end -}}
+
+{{/* Non-empty when `helm test` has a certificate to call with (or needs none). */}}
+{{- define "streamwal.testPod" -}}
+{{- if or (not .Values.tls.enabled) (ne .Values.tls.issuer "secrets") .Values.tls.clientSecret -}}
+yes
+{{- end -}}
+{{- end -}}
+
+{{/* TLS: the name server certificates carry. */}}
 {{- define "streamwal.tlsServerName" -}}
 {{- .Values.tls.serverName | default (include "streamwal.fullname" .) -}}
 {{- end -}}
 
-{{- define "streamwal.tlsManagers" -}}
-{{- if .Values.tls.managerIdentities -}}
-{{- join "," .Values.tls.managerIdentities -}}
-{{- else -}}
-{{- include "streamwal.fullname" . }}-coord
-{{- end -}}
+{{/* The access file (docs/security.md): the release's own components get the cluster
+     role (their certificates' names: access.clusterIdentities, by default the names the
+     chart's certificates carry), then the user's access.identities. */}}
+{{- define "streamwal.accessFile" -}}
+{{- $full := include "streamwal.fullname" . -}}
+{{- $cluster := .Values.access.clusterIdentities | default (list (printf "%s-node" $full) (printf "%s-coord" $full)) -}}
+{{- $identities := prepend .Values.access.identities (dict "names" $cluster "roles" (list "cluster")) -}}
+{{- toYaml (dict "identities" $identities) -}}
 {{- end -}}
 
-{{/* TLS environment of a container (STREAMWAL_TLS_*, read by streamwal.transport);
-     call with (dict "root" $ "manager" true) to add the node-manager identities. */}}
+{{/* The server's --access-file flag, with TLS on. */}}
+{{- define "streamwal.accessArg" -}}
+{{- if .Values.tls.enabled }}
+- --access-file=/etc/streamwal/access/access.yaml
+{{- end }}
+{{- end -}}
+
+{{/* TLS environment of a container (STREAMWAL_TLS_*, read by streamwal.transport). */}}
 {{- define "streamwal.tlsEnv" -}}
 {{- if .root.Values.tls.enabled }}
 - name: STREAMWAL_TLS_CA
@@ -83,10 +113,6 @@ capabilities:
   value: /etc/streamwal/tls/cert/tls.key
 - name: STREAMWAL_TLS_SERVER_NAME
   value: {{ include "streamwal.tlsServerName" .root | quote }}
-{{- if .manager }}
-- name: STREAMWAL_TLS_MANAGER_IDENTITIES
-  value: {{ include "streamwal.tlsManagers" .root | quote }}
-{{- end }}
 {{- end }}
 {{- end -}}
 
@@ -98,25 +124,31 @@ capabilities:
 - name: tls-cert
   mountPath: /etc/streamwal/tls/cert
   readOnly: true
+- name: access
+  mountPath: /etc/streamwal/access
+  readOnly: true
 {{- end }}
 {{- end -}}
 
-{{/* call with (dict "root" $ "secret" "<name of the component's Secret>") */}}
+{{/* call with (dict "root" $ "part" "node|coord|client") */}}
 {{- define "streamwal.tlsVolumes" -}}
 {{- if .root.Values.tls.enabled }}
 - name: tls-ca
   secret:
-    secretName: {{ .root.Values.tls.caSecret }}
+    secretName: {{ include "streamwal.tlsSecret" (dict "root" .root "part" "ca") }}
     defaultMode: 0440
     items:
       - {key: ca.crt, path: ca.crt}
 - name: tls-cert
   secret:
-    secretName: {{ .secret }}
+    secretName: {{ include "streamwal.tlsSecret" . }}
     defaultMode: 0440
     items:
       - {key: tls.crt, path: tls.crt}
       - {key: tls.key, path: tls.key}
+- name: access
+  configMap:
+    name: {{ include "streamwal.fullname" .root }}-access
 {{- end }}
 {{- end -}}
 
