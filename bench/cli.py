@@ -13,6 +13,7 @@ from streamwal.cli import LazyGroup
         "compare": "streamwal.bench.compare:compare",
         "spark": "streamwal.bench.spark:spark",
         "trace": "streamwal.bench.sched_trace:trace",
+        "scale": "streamwal.bench.scale:scale",
     },
 )
 def bench() -> None:

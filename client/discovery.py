@@ -1,11 +1,16 @@
 """The client's view of who owns which pchannel, kept fresh from the coord's AssignmentDiscover.
 
-The coord pushes the full assignment at once and after every change, each with a
-`VersionPair` (global: coord incarnation, local: change counter). The watcher keeps only
-the newest version it has seen -- a reconnect (to the same or a restarted coord) may
-replay an older or equal view, which is ignored -- and reconnects with a bounded backoff
-whenever the stream breaks. Errors a client hits on a node are reported back on the same
-stream (`report_error`), which makes the coord re-check that pchannel at once.
+The watcher asks for deltas (metadata `streamwal-discovery: deltas`, coord/discovery.py):
+the coord pushes the full assignment once, then only what moved, each with a
+`VersionPair` (global: coord incarnation, local: change counter); a coord that does not
+know the option (the seed's) keeps pushing full tables, which are applied as ever. The
+watcher keeps only the newest version it has seen -- a reconnect (to the same or a
+restarted coord) may replay an older or equal view, which is ignored -- and reconnects
+with a bounded backoff whenever the stream breaks, resuming from its version (the coord
+sends the deltas since then when it still holds them, else the table). A delta that
+does not apply to the version held breaks the stream, and the resume repairs it. Errors a
+client hits on a node are reported back on the same stream (`report_error`), which
+makes the coord re-check that pchannel at once.
 """
 
 from __future__ import annotations
@@ -25,6 +30,10 @@ from streamwal.proto import streaming_pb2_grpc as pbg
 from streamwal.transport import TransportConfig, make_channel
 
 log = logging.getLogger("streamwal.client.discovery")
+
+# The coord's discovery options (gRPC metadata; coord/discovery.py reads the same keys).
+DELTAS = "streamwal-discovery"
+RESUME_FROM = "streamwal-discovery-from"
 
 Version = tuple[int, int]
 
@@ -46,15 +55,26 @@ class NoRoute(Unavailable):
     """No assignment for the pchannel arrived in time (coord down, or no live node)."""
 
 
-def version_of(full: pb.FullStreamingNodeAssignmentWithVersion) -> Version:
-    return (getattr(full.version, "global"), full.version.local)
+def _pair(version: pb.VersionPair) -> Version:
+    return (getattr(version, "global"), version.local)  # `global`: a Python keyword
 
 
-def routes_of(full: pb.FullStreamingNodeAssignmentWithVersion) -> dict[str, Route]:
-    """{pchannel: Route} of a full assignment (the coord publishes ASSIGNED channels only)."""
+def version_of(full: pb.FullStreamingNodeAssignmentWithVersion | pb.AssignmentDelta) -> Version:
+    """A full assignment's version; a delta's base."""
+    if isinstance(full, pb.AssignmentDelta):
+        return _pair(full.base)
+    return _pair(full.version)
+
+
+def routes_of(
+    full: pb.FullStreamingNodeAssignmentWithVersion | pb.AssignmentDelta,
+) -> dict[str, Route]:
+    """{pchannel: Route} of a full assignment (the coord publishes ASSIGNED channels only)
+    or of what a delta (re)assigned."""
+    groups = full.assigned if isinstance(full, pb.AssignmentDelta) else full.assignments
     return {
         c.name: Route(c.name, c.term, a.node.server_id, a.node.address)
-        for a in full.assignments
+        for a in groups
         for c in a.channels
     }
 
@@ -145,9 +165,26 @@ class AssignmentWatcher:
             return False  # a replay after reconnecting, or older than what we hold
         self.version = version
         self.routes = routes_of(full)
+        self._signal()
+        return True
+
+    def _apply_delta(self, delta: pb.AssignmentDelta) -> bool:
+        base, version = version_of(delta), _pair(delta.version)
+        if version <= self.version:
+            return False  # a replay, or the empty delta of an up-to-date resume
+        if _pair(delta.base) != self.version:
+            raise Unavailable(f"coord {self.coord}: delta from {base}, we hold {self.version}")
+        routes = dict(self.routes)
+        for name in delta.unassigned:
+            routes.pop(name, None)
+        routes.update(routes_of(delta))
+        self.version, self.routes = version, routes
+        self._signal()
+        return True
+
+    def _signal(self) -> None:
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
-        return True
 
     async def _run(self) -> None:
         backoff = 0.05
@@ -176,14 +213,21 @@ class AssignmentWatcher:
             while (request := await reports.get()) is not None:
                 yield request
 
-        call = stub.AssignmentDiscover(requests())
+        metadata = [(DELTAS, "deltas")]
+        if self.version >= (0, 0):
+            metadata.append((RESUME_FROM, "{}.{}".format(*self.version)))
+        call = stub.AssignmentDiscover(requests(), metadata=metadata)
         try:
             async for response in call:
-                if response.HasField("full_assignment"):
+                kind = response.WhichOneof("response")
+                if kind in ("full_assignment", "delta"):
                     self._reports = reports
                     self.connected.set()
-                    self._apply(response.full_assignment)
-                elif response.HasField("close"):
+                    if kind == "delta":
+                        self._apply_delta(response.delta)
+                    else:
+                        self._apply(response.full_assignment)
+                elif kind == "close":
                     return
         except grpc.RpcError as err:
             raise Unavailable(f"coord {self.coord}: {err.code().name}") from None

@@ -77,6 +77,9 @@ METHODS: Mapping[str, Method] = {
     "/grpc.health.v1.Health/Check": Method(Action.PUBLIC),
     "/grpc.health.v1.Health/Watch": Method(Action.PUBLIC),
     "/streamwal.wire.StreamingNodeInfoService/Describe": Method(Action.PUBLIC),
+    # The probe port's liveness ping (its own threads, no access interceptor): an id, the
+    # wall clock and the loop's stall, as public as a health check.
+    "/streamwal.wire.StreamingNodeProbeService/Ping": Method(Action.PUBLIC),
     f"{_NODE}StateService/GetComponentStates": Method(Action.PUBLIC),
     f"{_COORD}StateService/GetComponentStates": Method(Action.PUBLIC),
     f"{_NODE}HandlerService/Produce": Method(Action.PRODUCE, "header:create-producer-bin"),

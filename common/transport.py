@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 import os
 from collections.abc import Sequence
+from concurrent import futures
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -219,7 +220,16 @@ def make_server(
     return aio.server(options=merged, interceptors=chain)
 
 
-def bind(server: aio.Server, address: str, config: TransportConfig | None = None) -> int:
+def make_sync_server(workers: int, name: str) -> grpc.Server:
+    """A blocking gRPC server answered by `workers` threads of its own (a node's probe
+    port: no event loop in the way); `bind` it like the others."""
+    executor = futures.ThreadPoolExecutor(workers, thread_name_prefix=name)
+    return grpc.server(executor, options=_SERVER_OPTIONS)
+
+
+def bind(
+    server: aio.Server | grpc.Server, address: str, config: TransportConfig | None = None
+) -> int:
     """Listen on `address` (HOST:PORT, port 0 picks one); returns the bound port."""
     config = config or TransportConfig.from_env()
     if not config.tls:
@@ -269,6 +279,21 @@ def make_channel(address: str, config: TransportConfig | None = None) -> aio.Cha
     config = config or TransportConfig.from_env()
     if not config.tls:
         return aio.insecure_channel(address, options=_OPTIONS)
+    creds, options = _secure(config)
+    return aio.secure_channel(address, creds, options=options)
+
+
+def make_sync_channel(address: str, config: TransportConfig | None = None) -> grpc.Channel:
+    """A blocking gRPC channel to `address`, secured as configured (for threads that must
+    not depend on an event loop: the coord's pings)."""
+    config = config or TransportConfig.from_env()
+    if not config.tls:
+        return grpc.insecure_channel(address, options=_OPTIONS)
+    creds, options = _secure(config)
+    return grpc.secure_channel(address, creds, options=options)
+
+
+def _secure(config: TransportConfig) -> tuple[grpc.ChannelCredentials, list]:
     creds = grpc.ssl_channel_credentials(
         root_certificates=_read(config.ca),
         private_key=_read(config.key),
@@ -277,4 +302,4 @@ def make_channel(address: str, config: TransportConfig | None = None) -> aio.Cha
     options = list(_OPTIONS)
     if config.server_name:
         options.append(("grpc.ssl_target_name_override", config.server_name))
-    return aio.secure_channel(address, creds, options=options)
+    return creds, options

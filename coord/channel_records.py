@@ -25,6 +25,9 @@ from streamwal.proto import streaming_pb2 as pb
 log = logging.getLogger("streamwal.coord")
 
 
+DISCOVERY_INTERVAL = 0.05  # seconds: AssignmentDiscover publishes at most this often
+
+
 class ChannelRecords:
     """The records of one meta store, as the coord that owns it sees them."""
 
@@ -37,7 +40,7 @@ class ChannelRecords:
 
     async def load(self, incarnation: int) -> None:
         """Read every record; a fresh hub publishes them under `incarnation`."""
-        self.hub = AssignmentHub(incarnation)
+        self.hub = AssignmentHub(incarnation, DISCOVERY_INTERVAL)
         self._stored = {s.name: s for s in await self.store.list_channels()}
         for name, stored in self._stored.items():
             self.metrics.set_channel(None if stored.record.destroyed else stored.record.meta, name)
@@ -98,7 +101,7 @@ class ChannelRecords:
             raise
         self._stored[name] = stored
         self.metrics.set_channel(None if record.destroyed else record.meta, name)
-        if self.hub.update(self.metas().values()):
+        if self.hub.change(name, None if record.destroyed else record.meta):
             self.metrics.assignment_changes.inc()
 
     async def persist_meta(self, name: str, meta: pb.PChannelMeta) -> None:

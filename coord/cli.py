@@ -355,6 +355,8 @@ def _table(descriptions, columns: tuple[str, ...]) -> None:
     for d in descriptions:
         if d.data_loss:
             click.echo(f"{d.channel_name}: {d.data_loss}", err=True)
+        elif d.waiting:
+            click.echo(f"{d.channel_name}: no leader: {d.waiting}", err=True)
     sys.stdout.flush()
 
 

@@ -36,11 +36,13 @@ from streamwal.coord.liveness import (
     DEFAULT_PROBE_INTERVAL,
     Liveness,
     LivenessTracker,
+    LossPolicy,
 )
 from streamwal.coord.memory import Memory, NodeReport
 from streamwal.coord.meta_store import MetaStore, check_name
 from streamwal.coord.metrics import CoordMetrics
 from streamwal.coord.node_link import NodeLinks
+from streamwal.coord.pinger import Pinger
 from streamwal.errors import ChannelNotExist, Inner, InvalidArgument, StreamingError
 from streamwal.logs import Repeats
 from streamwal.proto import coord_pb2 as cpb
@@ -70,6 +72,17 @@ class CoordConfig:
     remove_timeout: float = 1.0
     fence_timeout: float = 2.0  # replicated term changes: how long Fence answers are awaited
     max_clock_offset: float = 0.5  # seconds; a node farther off leads nothing
+    # Loss declarations (coord/liveness.LossPolicy): at most one per `loss_gap` seconds
+    # (None: one grace period), none while more than `max_loss_share` of nodes look dead.
+    loss_gap: float | None = None
+    max_loss_share: float = 0.55
+    # A node whose event loop has not turned for this long fails its pings (alive, but
+    # serving nothing).
+    max_loop_stall: float = 10.0
+
+    def loss_policy(self) -> LossPolicy:
+        gap = self.grace if self.loss_gap is None else self.loss_gap
+        return LossPolicy(max_share=self.max_loss_share, gap=gap)
 
 
 class Coordinator:
@@ -84,6 +97,7 @@ class Coordinator:
         clock: Callable[[], float] = time.monotonic,
         step_hooks: Sequence[StepHook] | None = None,
         wall: Callable[[], float] = time.time,
+        pinger: Pinger | None = None,
     ) -> None:
         self.store = store
         self.config = config
@@ -91,7 +105,11 @@ class Coordinator:
         self.metrics = metrics or CoordMetrics()
         self.clock = clock
         self.wall = wall  # seconds since the epoch: compared with the nodes' clocks
-        self.tracker = LivenessTracker(config.probe_interval, config.grace)
+        self.tracker = LivenessTracker(config.probe_interval, config.grace, config.loss_policy())
+        # The second liveness signal (probe ports pinged from a thread); None: CollectStatus
+        # alone (the simulator, whose clock is virtual).
+        self.pinger = pinger
+        self._held: list[int] = []
         self.records = ChannelRecords(store, self.metrics)
         self.memory = Memory()
         self.executor = Executor(
@@ -143,6 +161,8 @@ class Coordinator:
             },
         )
         await self.broadcaster.start()
+        if self.pinger is not None:
+            self.pinger.start()
         self._tasks = [
             asyncio.create_task(self._probe_loop(), name="coord-probe"),
             asyncio.create_task(self._reconcile_loop(), name="coord-reconcile"),
@@ -151,6 +171,8 @@ class Coordinator:
     async def stop(self) -> None:
         await cancel_and_wait(self._tasks)
         self._tasks = []
+        if self.pinger is not None:
+            await asyncio.to_thread(self.pinger.stop)
         await self.broadcaster.stop()
         self.hub.close_all()
         await self.links.close()
@@ -194,6 +216,8 @@ class Coordinator:
             return
         now = self.clock()
         for node in set(self.config.nodes) - set(nodes):
+            if self.pinger is not None:
+                self.pinger.watch(node, None)
             self.tracker.forget(node)
             self.memory.forget(node)
             self.memory.lost_at[node] = now
@@ -272,6 +296,9 @@ class Coordinator:
                 data_loss=self.memory.data_loss.get(n, ""),
                 allow_data_loss=record.allow_data_loss,
                 retention=record.retention,
+                waiting=""
+                if record.meta.state == sm.ASSIGNED
+                else self.memory.waiting.get(n, "an assignment is under way"),
             )
             pl.describe_replication(record, self.memory.reports, description)
             out.append(description)
@@ -325,16 +352,24 @@ class Coordinator:
         else:
             created = self._numbered_names(count, prefix)
         now_ms = int(self.wall() * 1000)
-        for name in created:
-            record = cpb.ChannelRecord(
-                meta=sm.new_channel(name),
-                owner=owner,
-                created_at_ms=now_ms,
-                replicas=replicas,
-                allow_data_loss=allow_data_loss,
-                retention=retention,
+        # Together: the store writes them in a few flushes (issue 24: one by one, 1,024
+        # took longer than the request's deadline).
+        await asyncio.gather(
+            *(
+                self.records.persist(
+                    name,
+                    cpb.ChannelRecord(
+                        meta=sm.new_channel(name),
+                        owner=owner,
+                        created_at_ms=now_ms,
+                        replicas=replicas,
+                        allow_data_loss=allow_data_loss,
+                        retention=retention,
+                    ),
+                )
+                for name in created
             )
-            await self.records.persist(name, record)
+        )
         log.info(
             "channels created",
             extra={"channels": created, "role": owner.role, "replicas": replicas},
@@ -482,9 +517,12 @@ class Coordinator:
             if due:
                 await asyncio.gather(*(self._probe(n) for n in due))
                 self._first_probe.set()
-            changes = self.tracker.tick(self.clock())
+            now = self.clock()
+            self._feed_pings(now)
+            changes = self.tracker.tick(now)
             for change in changes:
                 self._on_transition(change.node, change.after)
+            self._log_held(now)
             self.metrics.nodes_live.set(len(self.tracker.live()))
             await asyncio.sleep(tick)
 
@@ -502,6 +540,7 @@ class Coordinator:
                 log.error("node id mismatch", extra={"node": node, "reported": status.server_id})
             else:
                 ok = True
+                self._watch_probe_port(node, address, status.probe_port)
                 report = NodeReport.of(started, status.channels)
                 self.memory.observe(node, report)
                 self._replica_metrics(node, report)
@@ -509,11 +548,39 @@ class Coordinator:
             pass
         if self.config.nodes.get(node) != address:
             return  # the node left (or moved) while we asked it
-        change = self.tracker.observe(node, ok, self.clock())
+        now = self.clock()
+        self._feed_pings(now)  # pings that arrived meanwhile count first
+        change = self.tracker.observe(node, ok, now)
         if change is not None:
             self._on_transition(node, change.after)
         if ok and pl.needs_action(node, self._snapshot()):
             self.wake()
+
+    def _feed_pings(self, now: float) -> None:
+        """Hand the pinger's outcomes to the tracker, before anything else is judged."""
+        for heard in self.pinger.drain() if self.pinger is not None else ():
+            change = self.tracker.heard(heard.node, heard.ok, heard.at, now)
+            if change is not None:
+                self._on_transition(change.node, change.after)
+
+    def _watch_probe_port(self, node: int, address: str, port: int) -> None:
+        """Ping the probe port the node names (on its gRPC host); none: stop pinging."""
+        if self.pinger is not None:
+            host = address.rpartition(":")[0]
+            self.pinger.watch(node, f"{host}:{port}" if port else None)
+
+    def _log_held(self, now: float) -> None:
+        """Say once when the loss policy holds back declaring nodes lost, and when not."""
+        held = self.tracker.held(now)
+        if held != self._held:
+            if held:
+                log.warning(
+                    "nodes not answering but not declared lost: too many at once, or too "
+                    "soon after the last loss",
+                    extra={"nodes": held, "max_share": self.config.max_loss_share},
+                )
+            self._held = held
+        self.metrics.nodes_held.set(len(held))
 
     def _observe_clock(self, node: int, offset: float) -> None:
         """Keep how far a node's clock is from ours; beyond the bound it leads nothing."""
@@ -609,7 +676,7 @@ class Coordinator:
             log.info(
                 "rebalancing", extra={"moves": [(n, s, t and t.server_id) for n, s, t in moves]}
             )
-        await self.executor.run(plan, self._round(seen, plan.leaders))
+        await self.executor.run(plan, self._round(seen, plan.leaders, len(plan)))
 
     def _observe_liveness(self, rechecked: frozenset[str] = frozenset()) -> pl.Observations:
         nodes = set(self.config.nodes)
@@ -620,8 +687,13 @@ class Coordinator:
             rechecked=rechecked,
         )
 
-    def _round(self, seen: pl.Observations, leaders: Mapping[int, int]) -> sagas.Round:
-        """What the sagas of one round share (a copy of the node set: it may change)."""
+    def _round(
+        self, seen: pl.Observations, leaders: Mapping[int, int], jobs: int = 1
+    ) -> sagas.Round:
+        """What the sagas of one round share (a copy of the node set: it may change).
+
+        Its `jobs` run together, so each node answers about jobs / nodes calls at once
+        (times the replicas): the deadlines grow with that share (`Timeouts.scaled`)."""
         return sagas.Round(
             nodes=dict(self.config.nodes),
             alive=seen.alive,
@@ -630,7 +702,7 @@ class Coordinator:
             drained=frozenset(self.avoided()),
             timeouts=sagas.Timeouts(
                 self.config.assign_timeout, self.config.remove_timeout, self.config.fence_timeout
-            ),
+            ).scaled(jobs / max(1, len(seen.live))),
             leaders=dict(leaders),
         )
 

@@ -40,6 +40,8 @@ installed_hooks: list[StepHook] = []
 
 # Announcements that also count in a metric (CoordMetrics attribute).
 _COUNTED = {"unclean-failover": "unclean_failovers"}
+# Announcements that leave a pchannel without a leader: its cause in the waiting metric.
+_WAITING = {"no leader chosen": "no-leader", "assign failed": "assign-failed"}
 
 
 class Links(Protocol):
@@ -117,6 +119,8 @@ class Executor:
                 return None
             self._remember(job, result)
         if isinstance(result, sagas.Assigned):
+            if self.memory.waiting.pop(job.name, None) is not None:
+                self.metrics.set_waiting(job.name, None)
             self.metrics.reassignments.labels(result.reason).inc()
             self.on_done(job.name, result)
         return result
@@ -261,6 +265,12 @@ class Executor:
         counter = _COUNTED.get(step.notify)
         if counter is not None:
             getattr(self.metrics, counter).inc()
+        if step.notify in ("assign-failed", "unavailable"):
+            fields = step.fields
+            why = str(fields.get("reason") or fields.get("error") or step.message)
+            self.memory.waiting[name] = why
+            cause = _WAITING.get(step.message, "unavailable")
+            self.metrics.set_waiting(name, cause)
         if step.notify:
             fields = step.fields if step.notify_fields is None else step.notify_fields
             self.notify(step.notify, name, dict(fields))

@@ -64,6 +64,8 @@ class Memory:
     data_loss: dict[str, str] = field(default_factory=dict)
     # Pchannels whose placement leaves them without the nodes they need: why (as said).
     unschedulable: dict[str, str] = field(default_factory=dict)
+    # Pchannels without a leader now: why (the last attempt's reason), until one leads.
+    waiting: dict[str, str] = field(default_factory=dict)
     # Nodes whose wall clock is farther than the bound from the coord's: offset (s).
     skewed: dict[int, float] = field(default_factory=dict)
 

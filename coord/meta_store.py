@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import ctypes
 import fcntl
 import logging
 import os
 import re
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -162,20 +164,93 @@ def _decode(path: Path, data: bytes) -> tuple[int, bytes]:
     return version, payload
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
+def _write_all(batch: dict[Path, bytes]) -> None:
+    """Write every file of `batch` atomically and durably with one flush for them all: the
+    temporary files, one syncfs (or an fsync each where there is none), the renames, one
+    fsync per folder. A burst of N records costs about two flushes, not 2 N."""
+    tmps: list[tuple[Path, Path]] = []
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)
+        for path, data in batch.items():
+            tmp = path.with_name(f".{path.name}.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.write(fd, data)
+                if _SYNCFS is None or len(batch) == 1:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            tmps.append((tmp, path))
+        if _SYNCFS is not None and len(batch) > 1:
+            folder = os.open(next(iter(batch)).parent, os.O_RDONLY)
+            try:
+                if _SYNCFS(folder) != 0:
+                    raise OSError(ctypes.get_errno(), "syncfs failed")
+            finally:
+                os.close(folder)
+        for tmp, path in tmps:
+            os.replace(tmp, path)
+        for folder_path in {path.parent for path in batch}:
+            _fsync_dir(folder_path)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise MetaStoreUnwritable(f"cannot write {path}: {exc.strerror or exc}") from None
+        for tmp, _ in tmps:
+            tmp.unlink(missing_ok=True)
+        what = str(next(iter(batch))) if len(batch) == 1 else f"{len(batch)} records"
+        raise MetaStoreUnwritable(f"cannot write {what}: {exc.strerror or exc}") from None
+
+
+def _syncfs():
+    """glibc's syncfs(2) (Linux): flushes the file system of one folder, once per batch."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).syncfs
+    except (OSError, AttributeError):
+        return None
+
+
+_SYNCFS = _syncfs()
+
+
+class _GroupCommit:
+    """Record writes made while a flush is on the disk go out together in the next one
+    (`_write_all`); each writer returns once its own record is durable. The coord writes
+    a record per pchannel and step: 1,024 pchannels placed at once were 2,048 writes of
+    two fsyncs each, one after another (issue 24)."""
+
+    def __init__(self, after: Callable[[list[Path]], None]) -> None:
+        self._after = after  # in the flush thread, once the batch is durable
+        self._pending: dict[Path, bytes] = {}
+        self._waiters: list[asyncio.Future[None]] = []
+        self._flusher: asyncio.Task | None = None
+        self.flushes = 0
+
+    async def write(self, path: Path, data: bytes) -> None:
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending[path] = data
+        self._waiters.append(waiter)
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush(), name="meta-store-commit")
+        await waiter
+
+    def _write(self, batch: dict[Path, bytes]) -> None:
+        _write_all(batch)
+        self._after(list(batch))
+
+    async def _flush(self) -> None:
+        while self._pending:
+            batch, waiters = self._pending, self._waiters
+            self._pending, self._waiters = {}, []
+            error: BaseException | None = None
+            try:
+                await asyncio.to_thread(self._write, batch)
+                self.flushes += 1
+            except Exception as exc:
+                error = exc
+            for waiter in waiters:
+                if waiter.done():
+                    continue
+                if error is None:
+                    waiter.set_result(None)
+                else:
+                    waiter.set_exception(error)
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -205,7 +280,8 @@ class MemoryMetaStore(MetaStore):
     returned is there, as with the files)."""
 
     def __init__(self) -> None:
-        self._mutex = asyncio.Lock()
+        self._mutex = asyncio.Lock()  # the cluster record and broadcasts
+        self._locks: dict[str, asyncio.Lock] = {}  # a pchannel's record: one put at a time
         self._channels: dict[str, tuple[cpb.ChannelRecord, int]] = {}
         self._cluster: tuple[cpb.ClusterRecord, int] | None = None
         self._broadcasts: dict[int, tuple[bpb.BroadcastTask, int]] = {}
@@ -213,9 +289,6 @@ class MemoryMetaStore(MetaStore):
     async def _persist(self, kind: str, key: str, data: bytes | None) -> None:
         """Make a put (`data`: the encoded record) or a delete (None) durable before the
         store shows it; nothing to do in memory."""
-
-    async def _added(self, name: str) -> None:
-        """A pchannel's record is durable (the file store lists a new one then)."""
 
     @staticmethod
     def _copy(record: cpb.ChannelRecord) -> cpb.ChannelRecord:
@@ -234,7 +307,9 @@ class MemoryMetaStore(MetaStore):
 
     async def put_channel(self, record: cpb.ChannelRecord, expected: str | None) -> Stored:
         name = check_name(record.meta.channel.name)
-        async with self._mutex:
+        # Puts of different pchannels run together (the file store writes them in one
+        # flush); two puts of one pchannel are ordered by its lock.
+        async with self._locks.setdefault(name, asyncio.Lock()):
             found = self._channels.get(name)
             current = str(found[1]) if found else None
             if current != expected:
@@ -242,7 +317,6 @@ class MemoryMetaStore(MetaStore):
             version = (found[1] if found else 0) + 1
             await self._persist("channels", name, _encode(version, record.SerializeToString()))
             self._channels[name] = (self._copy(record), version)
-            await self._added(name)
             return Stored(self._copy(record), str(version))
 
     async def get_cluster(self) -> tuple[cpb.ClusterRecord, str | None]:
@@ -311,6 +385,7 @@ class LocalMetaStore(MemoryMetaStore):
             raise MetaStoreBusy(f"another coord is using the meta store {self.dir}") from None
         self._manifest: set[str] = set()
         self._manifest_version = 0
+        self._commit = _GroupCommit(self._list_new)
         try:
             self._load()
         except StreamingError:
@@ -355,19 +430,22 @@ class LocalMetaStore(MemoryMetaStore):
     def _write_manifest(self) -> None:
         self._manifest_version += 1
         payload = cpb.ChannelManifest(names=sorted(self._manifest)).SerializeToString()
-        _write_atomic(self.dir / "manifest.rec", _encode(self._manifest_version, payload))
+        _write_all({self.dir / "manifest.rec": _encode(self._manifest_version, payload)})
 
     async def _persist(self, kind: str, key: str, data: bytes | None) -> None:
         path = (self.dir / kind if kind else self.dir) / f"{key}.rec"
         if data is None:
             await asyncio.to_thread(_unlink_durably, path)
         else:
-            await asyncio.to_thread(_write_atomic, path, data)
+            await self._commit.write(path, data)
 
-    async def _added(self, name: str) -> None:
-        if name not in self._manifest:  # after the record: never lists a missing one
-            self._manifest.add(name)
-            await asyncio.to_thread(self._write_manifest)
+    def _list_new(self, paths: list[Path]) -> None:
+        """After a batch is durable: list its new pchannels in the manifest (after the
+        records: it never lists a missing one), one write for the batch."""
+        new = {p.stem for p in paths if p.parent == self._channels_dir} - self._manifest
+        if new:
+            self._manifest |= new
+            self._write_manifest()
 
     async def close(self) -> None:
         if self._lock_fd >= 0:

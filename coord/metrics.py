@@ -69,6 +69,21 @@ class CoordMetrics:
             "Streaming nodes answering probes.",
             registry=self.registry,
         )
+        self.waiting = Gauge(
+            "streamwal_pchannel_waiting",
+            "1 while a pchannel has no leader, labelled with why: no-leader (too few "
+            "replicas answered, or the best log is on no candidate), assign-failed, "
+            "unavailable (no live node); describe says it in words.",
+            ["pchannel", "cause"],
+            registry=self.registry,
+        )
+        self._waiting: dict[str, str] = {}
+        self.nodes_held = Gauge(
+            "streamwal_coord_nodes_held",
+            "Nodes past their grace that the loss policy does not declare lost (too many "
+            "at once, or too soon after the last loss).",
+            registry=self.registry,
+        )
         self.replica_acked = Gauge(
             "streamwal_replica_acked_offset",
             "Replicated pchannels: every offset below is stored and synced on that replica "
@@ -116,6 +131,15 @@ class CoordMetrics:
         self._drop_replicas(name, nodes)
         self.commit_offset.labels(name).set(leader.commit_offset)
         self._replica_nodes[name] = nodes
+
+    def set_waiting(self, name: str, cause: str | None) -> None:
+        """`name` has no leader because of `cause` (None: it has one again)."""
+        before = self._waiting.pop(name, None)
+        if before is not None:
+            self.waiting.remove(name, before)
+        if cause is not None:
+            self.waiting.labels(name, cause).set(1)
+            self._waiting[name] = cause
 
     def _drop_replicas(self, name: str, keep: set[str]) -> None:
         """Remove the replica series of `name` except `keep` (empty: all, commit included)."""

@@ -157,6 +157,9 @@ Saga = Generator[Step, Any, Result]
 # ----------------------------------------------------------------- round context
 
 
+PER_CALL_S = 0.01  # how much longer a deadline gets per call the node answers at once
+
+
 @dataclass(frozen=True)
 class Timeouts:
     assign: float = 5.0
@@ -171,6 +174,13 @@ class Timeouts:
     def remove_lost(self) -> float:
         """A node declared lost gets a short wait: it is most likely down."""
         return min(0.3, self.remove)
+
+    def scaled(self, per_node: float) -> Timeouts:
+        """Deadlines for a round that asks each node about `per_node` things at once:
+        `PER_CALL_S` more each (a node answers a burst one after another; a deadline
+        fit for one call failed most of a failover's calls, issue 24)."""
+        extra = PER_CALL_S * max(0.0, per_node - 1)
+        return Timeouts(self.assign + extra, self.remove + extra, self.fence + extra)
 
 
 @dataclass
@@ -356,7 +366,10 @@ def term_change(
     hint = old_leader if old_leader in members else members[0]
 
     record = _copy(before)
-    record.meta.CopyFrom(sm.begin_assignment(before.meta, ctx.ref(hint, before)))
+    record.meta.CopyFrom(
+        sm.begin_assignment(before.meta, ctx.ref(hint, before), reuse_term=_unled(before))
+    )
+    record.unled_term = 0  # from here on an Assign may go out under this term
     del record.members[:]
     record.members.extend(r.to_proto() for r in new_refs)
     del record.previous_members[:]
@@ -402,6 +415,8 @@ def term_change(
             del record.members[:]
             record.members.extend(r.to_proto() for r in new_refs)
     if isinstance(choice, lc.NoChoice):
+        record.unled_term = term  # nothing was assigned under it: the next try reuses it
+        yield Persist(_copy(record), sm.Step.PERSIST_ASSIGNING)
         yield Announce(
             logging.WARNING,
             "no leader chosen",
@@ -449,6 +464,13 @@ def term_change(
         "next_offset": choice.next_offset,
     }
     return Assigned(reason, fields, reason == "handover" and choice.leader == old_leader)
+
+
+def _unled(record: cpb.ChannelRecord) -> bool:
+    """Whether the record's term had an attempt that chose no leader and nothing since:
+    fencing again under it is safe (no node was told to lead or follow under it)."""
+    meta = record.meta
+    return meta.state == sm.ASSIGNING and 0 < meta.channel.term == record.unled_term
 
 
 def rejoin(before: cpb.ChannelRecord, nodes: tuple[int, ...], ctx: Round) -> Saga:

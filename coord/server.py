@@ -17,9 +17,11 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import start_http_server
 
 from streamwal import transport
+from streamwal.coord import discovery
 from streamwal.coord.broadcast_service import BroadcastService
 from streamwal.coord.coordinator import CoordConfig, Coordinator
 from streamwal.coord.meta_store import LocalMetaStore
+from streamwal.coord.pinger import Pinger
 from streamwal.errors import InvalidArgument, StreamingError
 from streamwal.grpc_errors import abort as _abort
 from streamwal.proto import broadcast_pb2_grpc as bpbg
@@ -41,7 +43,11 @@ class AssignmentService(pbg.StreamingCoordAssignmentServiceServicer):
         self.coord = coord
 
     async def AssignmentDiscover(self, request_iterator, context):
-        queue = self.coord.hub.subscribe()
+        metadata = dict(context.invocation_metadata() or ())
+        queue = self.coord.hub.subscribe(
+            deltas=metadata.get(discovery.DELTAS) == "deltas",
+            since=discovery.parse_version(metadata.get(discovery.RESUME_FROM)),
+        )
         closed = asyncio.Event()
 
         async def read_commands() -> None:
@@ -198,7 +204,7 @@ async def serve(
 ) -> None:
     """Run a coord until SIGTERM / SIGINT; `security`: its server's TLS and access rules."""
     store = LocalMetaStore(meta_dir, forget_missing=forget_missing_meta)
-    coord = Coordinator(store, config)
+    coord = Coordinator(store, config, pinger=Pinger(config.probe_interval, config.max_loop_stall))
     await coord.start()
     server, health_servicer, port = await start_grpc(coord, listen, security=security)
     if metrics_address:

@@ -120,14 +120,21 @@ def owner(meta: pb.PChannelMeta) -> NodeRef | None:
     return NodeRef.from_proto(meta.node)
 
 
-def begin_assignment(meta: pb.PChannelMeta, target: NodeRef) -> pb.PChannelMeta:
+def begin_assignment(
+    meta: pb.PChannelMeta, target: NodeRef, reuse_term: bool = False
+) -> pb.PChannelMeta:
     """Step 1: a new meta in ASSIGNING with term + 1 on `target`.
 
     Whatever node the meta named before (assigned, half-assigned or unavailable) may hold
     the channel under the old term, so it goes into `histories` to be removed.
+    `reuse_term`: keep the term (an ASSIGNING meta whose term had no leader, see
+    sagas.term_change): the meta is only pointed at `target`.
     """
     out = pb.PChannelMeta()
     out.CopyFrom(meta)
+    if reuse_term:
+        out.node.CopyFrom(target.to_proto())
+        return out
     previous = owner(meta)
     if previous is not None:
         _push_history(out, meta.channel.term, previous)

@@ -1,10 +1,11 @@
-"""One pchannel served by this node: its fence, offsets, clock, and the waiters on new data.
+"""One pchannel served by this node: its core (core.py) and the waiters on new data.
 
 Offsets and ticks are handed out when an append is accepted (so concurrent producers are
 ordered by arrival); they become visible to consumers only when the group commit that
 holds them is durable (`committed_next`). Every record for a pchannel is written by the
 single group committer in offset order, so `committed_next` only moves forward. A
 replicated pchannel shows consumers only what is below its commit offset (`visible_next`).
+The core decides all of it; this keeps what only a process has.
 """
 
 from __future__ import annotations
@@ -12,98 +13,73 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
-from collections import OrderedDict
-from collections.abc import Coroutine
+import operator
+from collections.abc import Callable, Coroutine
 from typing import Any
 
-from streamwal.node import fencing
 from streamwal.node.channel_meta import ChannelMeta, Tail
-from streamwal.node.clock import HybridClock
-from streamwal.node.fencing import Fence
-from streamwal.node.producers import ProducerState
-from streamwal.node.replica import LeaderRole, Role
+from streamwal.node.core import PChannelCore
 
 # Recently committed records kept in memory so tailing consumers skip RocksDB.
 TAIL_CACHE_BYTES = 16 * 1024 * 1024
 
 
+def _core(name: str) -> Any:
+    """A field the pchannel's core owns, read through the Channel (read only: only the
+    core's inputs change it; a C-level getter, several are read per append)."""
+    return property(operator.attrgetter(f"core.{name}"))
+
+
 class Channel:
-    def __init__(self, name: str, meta: ChannelMeta, tail: Tail, commit: int | None = None) -> None:
+    """The driver's side of one pchannel: its core (core.py, every decision and the
+    state they rest on), and what only a process has: the waiters on new data, the tail
+    cache, the futures of batches in flight, the ledger slot, the verification's
+    progress and the connection counts."""
+
+    meta = _core("meta")
+    first_offset = _core("first_offset")
+    next_offset = _core("next_offset")
+    committed_next = _core("committed_next")
+    size_bytes = _core("size_bytes")
+    commit = _core("commit")  # None: one replica, everything durable is committed
+    damage = _core("damage")  # why the log here may lack acknowledged records ("": whole)
+    fence = _core("fence")
+    visible_next = _core("visible_next")  # consumers see offsets below this
+    known_commit = _core("known_commit")
+    term = _core("term")
+    producer_states = _core("producers")  # idempotent producers' windows, least recent first
+
+    def __init__(
+        self,
+        name: str,
+        meta: ChannelMeta,
+        tail: Tail,
+        commit: int | None = None,
+        node_id: int = 0,
+        load_window: Callable[[str], bytes | None] = lambda _: None,
+        ledger_mark: int = 0,
+        known: bool = True,
+    ) -> None:
         self.name = name
-        self.meta = meta
-        self.recovering = meta.serving  # a reopened pchannel waits for its Assign
-        self.taking = 0  # a higher term being taken (Wal.assign): nobody is served
-        self.clock = HybridClock()
-        self.clock.observe(tail.last_tick)
-        self.first_offset = tail.first_offset
-        # A term may start above the last record (an unclean move, an accepted loss): its
-        # persisted start, not the last record, is then where the log continues.
-        end = max([tail.next_offset, *(first for _, first in meta.history)])
-        self.next_offset = end  # next offset to hand out
-        self.committed_next = end  # everything below is durable and visible
-        self.size_bytes = tail.size_bytes  # retained bytes, counting accepted appends
-        self.last_term = tail.last_term  # term of the newest record
-        # Replication: the commit offset once replicated (None: one replica, everything
-        # durable is committed) and this node's role under the current term, if any.
-        self.commit = commit
-        self.replica: Role | None = None
-        self.last_append_ms = 0.0
+        self.core = PChannelCore(name, node_id, meta, tail, commit, load_window, known, ledger_mark)
         self.producers = 0
         self.consumers = 0
         self.consumer_positions: dict[int, int] = {}
-        # idempotent producers: id -> state (least recently used first), and batches
-        # accepted but not yet durable
-        self.producer_states: OrderedDict[str, ProducerState] = OrderedDict()
+        # Idempotent producers' batches accepted but not yet durable: their answers.
         self.inflight: dict[tuple[str, int], asyncio.Future] = {}
         self._changed = asyncio.Event()
         self._tail = _TailCache()
-        # Corruption (Wal): the acknowledged-offset ledger's slot, the end this node had
-        # acknowledged when it found its log shorter (0: not short), the first record
-        # found unreadable and why, and the end of what an earlier process wrote and
-        # nobody has verified since this one started (0: all verified).
+        # Corruption (Wal): the acknowledged-offset ledger's slot, and the end of what an
+        # earlier process wrote and nobody has verified since this one started (0: all
+        # verified).
         self.ledger_slot = -1
-        self.lost_until = 0
-        self.bad_from: int | None = None
-        self.bad_reason = ""
-        self.bad_needs_salvage = False  # RocksDB failed a checksum: salvage.py, not a cut
         self.unverified_end = 0
         # Async durability: every offset acknowledged is below this (ack_ledger.py).
         self.ceiling = 0
         self.verify_urgent = False  # someone waits for the verification: no pauses
 
-    @property
-    def damage(self) -> str:
-        """Why this node's log of the pchannel may lack acknowledged records ("": whole)."""
-        return fencing.damage(self.bad_from, self.bad_reason, self.committed_next, self.lost_until)
-
-    def producers_in_flight(self) -> set[str]:
-        """Idempotent producers with a batch accepted but not yet durable."""
-        return {producer_id for producer_id, _ in self.inflight}
-
-    @property
-    def fence(self) -> Fence:
-        following = ""
-        if self.replica is not None and not isinstance(self.replica, LeaderRole):
-            following = self.replica.leader_address
-        return Fence.of(self.meta, self.recovering, following, self.taking, self.damage)
-
-    @property
-    def visible_next(self) -> int:
-        """Consumers see offsets below this: durable here and, if replicated, committed."""
-        if self.commit is None:
-            return self.committed_next
-        return min(self.commit, self.committed_next)
-
-    @property
-    def known_commit(self) -> int:
-        return self.committed_next if self.commit is None else self.commit
-
-    @property
-    def term(self) -> int:
-        return self.meta.term
-
-    def committed(self, base: int, count: int, value: bytes) -> None:
-        self.committed_next = base + count
+    def cache(self, base: int, value: bytes) -> None:
+        """A durable record, kept for tailing consumers."""
         self._tail.append(base, value)
 
     def notify(self) -> None:
@@ -123,10 +99,6 @@ class Channel:
     ) -> list[tuple[int, bytes]] | None:
         """Committed records from the one holding `offset`, if the cache reaches back that far."""
         return self._tail.read_from(offset, limit, max_bytes)
-
-    def rewind_uncommitted(self) -> None:
-        """After a failed write: forget offsets handed out but never made durable."""
-        self.next_offset = self.committed_next
 
     def drop_cache_after(self, offset: int) -> None:
         self._tail.drop_after(offset)

@@ -288,6 +288,16 @@ class _ListenOr(Address):
 )
 @ACCESS_FILE
 @click.option(
+    "--probe-listen",
+    default="auto",
+    show_default=True,
+    type=_ListenOr("auto", "off"),
+    help="The probe port (liveness pings answered by threads of their own, so that no "
+    "data or recovery work delays them; the coord learns it from the node): HOST:PORT, "
+    "'auto' (the --listen host, any free port) or 'off' (the coord then judges liveness "
+    "by CollectStatus alone). TLS as configured for gRPC.",
+)
+@click.option(
     "--port-file",
     default=None,
     type=click.Path(dir_okay=False, writable=True),
@@ -311,6 +321,7 @@ def node(log_level: str, access_file: str | None, **flags) -> None:
 
 def _config(
     produce_listen: str,
+    probe_listen: str,
     wal_prewarm: int,
     max_message_size: int,
     time_tick_interval: float,
@@ -336,6 +347,7 @@ def _config(
         raise click.BadParameter("its folder does not exist", param_hint="--port-file")
     config = NodeConfig(
         produce_listen=produce_listen,
+        probe_listen=probe_listen,
         wal_prewarm_bytes=wal_prewarm,
         max_message_bytes=max_message_size,
         time_tick_interval_s=time_tick_interval,

@@ -14,7 +14,13 @@ Inputs: `access` (may a client use term T?), `append` (allocate offsets and tick
 (generators: they yield the steps that need I/O -- drain, catch up, truncate, persist the
 meta -- and get each step's outcome back), `open_stream` / `acked` (a follower of this
 leader connects, acknowledges), `apply` (a follower's entries from its leader, also a
-generator), `copy` (a record copied from elsewhere), `wait_commit`, `idle`.
+generator), `store` / `copy` (records copied from elsewhere), `wait_commit`, `idle`,
+`retained` (retention cut the front), `evict_idle` / `forget_cut` (producer windows
+leave memory, or go with a retention cut), `durable` (the ledger's periodic sync), `skip` (an
+unclean stop under async durability), `found_damage` / `rebuild`.
+
+`drive` runs an input's steps against a driver's I/O: the node's `Wal` (node/wal.py) and
+the simulator's `SimNode` (testing/sim/node.py) are the two drivers.
 
 Effects: `PersistMeta`, `MarkDurable` (the acknowledged-offset ledger), `Answer` / `Fail`
 (commit waiters), `StartFollowing` / `StopFollowing`, `AppendTick` (a new leader's first
@@ -32,7 +38,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import OrderedDict
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -42,6 +48,7 @@ from streamwal.errors import (
     IgnoredOperation,
     InvalidArgument,
     StreamingError,
+    UnmatchedChannelTerm,
 )
 from streamwal.node import fencing, records
 from streamwal.node import replication_rules as rules
@@ -55,7 +62,14 @@ from streamwal.node.fencing import (
     decide_assign,
     decide_remove,
 )
-from streamwal.node.producers import BatchResult, Duplicate, ProducerState, check_sequence
+from streamwal.node.producers import (
+    BatchResult,
+    Duplicate,
+    ProducerState,
+    check_sequence,
+    cut_producers,
+    idle_producers,
+)
 from streamwal.proto import streaming_pb2 as pb
 
 # ----------------------------------------------------------------- roles
@@ -160,6 +174,9 @@ class Notify:
     """Wake consumers and streams waiting on the pchannel (data or fence moved)."""
 
 
+_NOTIFY = Notify()
+
+
 @dataclass(frozen=True)
 class Drain:
     """Step: wait until everything accepted is durable or failed (`drained`)."""
@@ -262,6 +279,44 @@ class Entry:
     commit_offset: int = 0
 
 
+async def drive(steps: Steps, step: Callable[[Effect], Awaitable[Any]]) -> Any:
+    """Run an input's steps: `step` does each one's I/O; its outcome goes back to the core
+    (a StreamingError is thrown in, for the core to undo or pass on). Returns the input's
+    result. Shared by the node's Wal and the simulator's node."""
+    sent: Any = None
+    error: StreamingError | None = None
+    while True:
+        try:
+            effect = steps.throw(error) if error is not None else steps.send(sent)
+        except StopIteration as done:
+            return done.value
+        sent, error = None, None
+        try:
+            sent = await step(effect)
+        except StreamingError as exc:
+            error = exc
+
+
+def parse_replica_set(rs: pb.ReplicaSet | None, node_id: int) -> ReplicaSet | None:
+    """An Assign's replica set, or None for the single-replica behaviour; raises on a
+    replica set this node cannot act on (checked before anything is persisted)."""
+    if rs is None or not rs.members:
+        return None
+    members = tuple(Peer(m.server_id, m.address) for m in rs.members)
+    ids = [m.node_id for m in members]
+    if len(set(ids)) != len(ids):
+        raise InvalidArgument(f"replica set names a node twice: {ids}")
+    if node_id not in ids:
+        raise InvalidArgument(f"replica set {ids} does not include this node ({node_id})")
+    if rs.role == pb.REPLICA_ROLE_FOLLOWER:
+        if not rs.leader.address or rs.leader.server_id == node_id:
+            raise InvalidArgument("a follower's replica set needs its leader (another node)")
+        return ReplicaSet(False, members, Peer(rs.leader.server_id, rs.leader.address))
+    if rs.role != pb.REPLICA_ROLE_LEADER:
+        raise InvalidArgument(f"unknown replica role {rs.role}")
+    return ReplicaSet(True, members)
+
+
 class InvariantBroken(AssertionError):
     """A state no input may produce: a bug, never an operating error."""
 
@@ -312,6 +367,7 @@ class PChannelCore:
         self.bad_from: int | None = None
         self.bad_reason = ""
         self.unverified = False  # an earlier process wrote records nobody verified yet
+        self.needs_salvage = False  # the store failed a checksum: salvage.py, not a cut
         self.ledger_mark = ledger_mark  # the highest end this node may have acknowledged
         if self.committed_next < ledger_mark:
             self.lost_until = ledger_mark
@@ -447,6 +503,46 @@ class PChannelCore:
         self.check()
         return Accepted(base, first_tick)
 
+    def skip(self, end: int, now_ms: int) -> tuple[int, Accepted] | None:
+        """Async durability: every offset acknowledged is below `end` (the ledger's
+        ceiling), and an unclean stop may have lost some of them. One internal record
+        covers the offsets up to `end`, so they are never handed out again and the log
+        stays dense; returns its term and offsets (None: no skip is due -- the log
+        reaches `end`, the pchannel is replicated, or its log is damaged). Written
+        before the pchannel serves, then reported as `written`."""
+        if end <= self.committed_next or self.commit is not None or self.damage:
+            return None
+        self._now_ms = now_ms
+        term = self.last_term or (self.meta.history[-1][0] if self.meta.history else 0)
+        base = self.next_offset
+        self.next_offset = end
+        first_tick = self.clock.allocate(1)
+        self.check()
+        return term, Accepted(base, first_tick)
+
+    def retained(self, keep_from: int, freed: int) -> None:
+        """Retention dropped the records below `keep_from` (`freed` bytes), durably."""
+        self.first_offset = max(self.first_offset, keep_from)
+        self.size_bytes -= freed
+        self.check()
+
+    def evict_idle(self, now_ms: int, idle_ms: int) -> None:
+        """Idle producers' windows leave memory (they stay persisted, read again if the
+        producer comes back): a producer per Spark task would grow the node unbounded."""
+        busy = {pid for pid, _ in self.in_flight}
+        for pid in idle_producers(self.producers, now_ms / 1000, idle_ms / 1000, busy):
+            del self.producers[pid]
+
+    def forget_cut(self, window_ends: Iterable[tuple[str, int]], keep_from: int) -> list[str]:
+        """Retention cuts the log below `keep_from`: the producers every batch of whose
+        persisted window (`window_ends`) goes with it are forgotten; returns them, for the
+        cut's write to drop their windows in the same batch."""
+        busy = {pid for pid, _ in self.in_flight}
+        forget = cut_producers(window_ends, keep_from, self.producers, busy)
+        for pid in forget:
+            self.producers.pop(pid, None)
+        return forget
+
     def window(self, producer_id: str, now_ms: int) -> ProducerState:
         """A producer's window, read from the store the first time (least recent first)."""
         state = self.producers.get(producer_id)
@@ -485,8 +581,9 @@ class PChannelCore:
         if ledger:
             self.ledger_mark = max(self.ledger_mark, self.committed_next)
             out.append(MarkDurable(self.committed_next))
-        out.extend(self.advance())
-        out.append(Notify())
+        if self.role is not None:
+            out.extend(self.advance())
+        out.append(_NOTIFY)
         self.check()
         return out
 
@@ -502,9 +599,16 @@ class PChannelCore:
         self.check()
         return [Notify()]
 
+    def durable(self, end: int) -> None:
+        """The ledger marks the log durable up to `end` (async durability's periodic
+        sync): damage found later is measured against it."""
+        self.ledger_mark = max(self.ledger_mark, end)
+
     def idle(self, now_ms: int, interval_ms: int) -> bool:
-        """Whether an idle time tick is due (serving, nothing appended for an interval)."""
-        return self.meta.serving and now_ms - self.last_append_ms >= interval_ms
+        """Whether an idle time tick is due (serving, nothing appended for an interval,
+        or the wall clock stepped back past the last append)."""
+        since = now_ms - self.last_append_ms
+        return self.meta.serving and (since >= interval_ms or since < 0)
 
     # ----------------------------------------------------------------- commit waiters
 
@@ -613,7 +717,7 @@ class PChannelCore:
             if not following and self.unverified:
                 yield from self._verify()
             cut = fencing.decide_damaged_assign(
-                self.name, self.damage, False, following, accept_data_loss, outcome
+                self.name, self.damage, self.needs_salvage, following, accept_data_loss, outcome
             )
             self.recovering = False
             if cut:
@@ -680,6 +784,7 @@ class PChannelCore:
         decide_remove(self.fence if self.known else None, self.name, term)
         self.meta = replace(self.meta, serving=False)
         yield from self._stop_role()
+        yield Notify()  # consumers see the fence move
         if not self.drained:
             yield Drain()
         yield PersistMeta(self.meta)
@@ -687,12 +792,15 @@ class PChannelCore:
 
     # ----------------------------------------------------------------- damage
 
-    def found_damage(self, offset: int, reason: str) -> list[Effect]:
+    def found_damage(self, offset: int, reason: str, store_corrupt: bool = False) -> list[Effect]:
         """A record at `offset` cannot be read back as written: nobody is served here from
-        now on; a leader's role ends (the coord moves it)."""
+        now on; a leader's role ends (the coord moves it). `store_corrupt`: the store
+        itself failed a checksum, which no cut mends (salvage.py). Nothing when the damage
+        was known already."""
         if self.bad_from is not None and self.bad_from <= offset:
             return []
         self.bad_from, self.bad_reason = offset, reason
+        self.needs_salvage = self.needs_salvage or store_corrupt
         if isinstance(self.role, Leading):
             err = DataLoss(f"pchannel {self.name!r} lost acknowledged records: {self.damage}")
             return self._stop_role(err)
@@ -763,7 +871,7 @@ class PChannelCore:
         )
         windows: dict[str, bytes] = {}
         for base, value in got:
-            window = self._copy(base, value)
+            _, window = self.copy(base, value)
             if window is not None:
                 windows[window[0]] = window[1]
         if commit is not None:
@@ -794,9 +902,12 @@ class PChannelCore:
         self.producers.clear()  # read again from what the store holds
         self.check()
 
-    def _copy(self, base: int, value: bytes) -> tuple[str, bytes] | None:
-        """One copied record into the state; returns the producer window to persist."""
-        rec = records.decode(value, f"{self.name}@{base}")
+    def copy(
+        self, base: int, value: bytes, where: str = ""
+    ) -> tuple[int, tuple[str, bytes] | None]:
+        """One copied record into the state (checksum verified; `where` names it in the
+        error); returns its message count and the producer window to persist."""
+        rec = records.decode(value, where or f"{self.name}@{base}")
         history = extend_history(self.meta.history, rec.term, base)
         if history is not None:
             self.meta = replace(self.meta, history=history)
@@ -813,7 +924,7 @@ class PChannelCore:
         self.last_term = rec.term
         self.clock.observe(rec.last_tick)
         self.check()
-        return window
+        return rec.count, window
 
     # ----------------------------------------------------------------- replication
 
@@ -825,7 +936,7 @@ class PChannelCore:
         if not isinstance(role, Leading):
             raise ChannelFenced(f"pchannel {self.name!r} is not led by this node")
         if term != role.term:
-            raise ChannelFenced(
+            raise UnmatchedChannelTerm(
                 f"replication of {self.name!r} under term {term} refused: the leader's "
                 f"term is {role.term}"
             )

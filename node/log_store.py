@@ -221,10 +221,12 @@ class LogStore:
         raw = self._get(_meta_key(name))
         return None if raw is None else ChannelMeta.from_bytes(raw)
 
-    def save_meta(self, name: str, meta: ChannelMeta) -> None:
-        """Durable before return, whatever the append durability: fences must hold."""
+    def save_metas(self, metas: dict[str, ChannelMeta]) -> None:
+        """Pchannels' metas in one write, durable before return whatever the append
+        durability (fences must hold); many at once from node/meta_writer.py."""
         wb = WriteBatch(raw_mode=True)
-        self.put_meta(wb, name, meta)
+        for name, meta in metas.items():
+            self.put_meta(wb, name, meta)
         self.write_synced(wb)
 
     @staticmethod

@@ -31,7 +31,7 @@ class BatchResult:
 class ProducerState:
     accepted: int = 0  # last sequence accepted (durable or in flight)
     results: OrderedDict[int, BatchResult] = field(default_factory=OrderedDict)
-    last_used: float = 0.0  # time.monotonic() of the last append or lookup
+    last_used: float = 0.0  # wall-clock seconds of the last append or lookup (core's now)
     # Each result as persisted, packed once when accepted: the window is written with
     # every batch, and packing all of it each time cost ~15 us per one-message batch.
     _packed: dict[int, bytes] = field(default_factory=dict)

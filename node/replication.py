@@ -1,12 +1,14 @@
-"""Leader -> follower replication of a pchannel (the I/O around replication_rules.py).
+"""Leader -> follower replication of a pchannel: the streams' I/O around the cores.
 
 A follower opens `Replicate` to its leader and sends ReplicaAcks (its log end; the first
 one with its term history). The leader answers with LogEntries: its stored records
 verbatim from where the two logs agree (`truncate_from` on the first entry when the
 follower holds a suffix the leader does not), read from the tail cache or from RocksDB
 in a worker thread, never more than WINDOW_BYTES ahead of the follower's acks, then the
-new records as they are synced, and commit-offset updates. The follower writes what it
-receives with the same code as a catch-up copy (Wal.apply_copied), syncs, and acks.
+new records as they are synced, and commit-offset updates. The follower hands what it
+receives to its core (core.apply: every entry checked by replication_rules.check_entry,
+stored with the same step as a catch-up copy), and acks once it is synced. Who leads or
+follows, each follower's acknowledged end and the commit offset are the core's.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import itertools
 import logging
 import time
 from typing import TYPE_CHECKING
@@ -32,8 +35,8 @@ from streamwal.logs import Repeats
 from streamwal.node import records
 from streamwal.node import replication_rules as rules
 from streamwal.node.channel import Channel
+from streamwal.node.core import Entry, Following, Leading
 from streamwal.node.health import quorum_contact
-from streamwal.node.replica import FollowerRole, LeaderRole, Member, Progress, Role
 from streamwal.proto import streaming_pb2 as pb
 from streamwal.transport import make_internal_channel
 
@@ -59,121 +62,79 @@ def _starts(history) -> list[pb.TermStart]:
     return [pb.TermStart(term=t, first_offset=f) for t, f in history]
 
 
-def parse_replica_set(rs: pb.ReplicaSet | None, node_id: int) -> tuple[int, list[Member]] | None:
-    """(role, members) of an Assign, or None for the single-replica behaviour; raises on
-    a replica set this node cannot act on (checked before anything is persisted)."""
-    if rs is None or not rs.members:
-        return None
-    members = [Member(m.server_id, m.address) for m in rs.members]
-    ids = [m.node_id for m in members]
-    if len(set(ids)) != len(ids):
-        raise InvalidArgument(f"replica set names a node twice: {ids}")
-    if node_id not in ids:
-        raise InvalidArgument(f"replica set {ids} does not include this node ({node_id})")
-    if rs.role == pb.REPLICA_ROLE_FOLLOWER:
-        if not rs.leader.address or rs.leader.server_id == node_id:
-            raise InvalidArgument("a follower's replica set needs its leader (another node)")
-    elif rs.role != pb.REPLICA_ROLE_LEADER:
-        raise InvalidArgument(f"unknown replica role {rs.role}")
-    return rs.role, members
-
-
 class Replication:
-    """The replication roles of one node's pchannels, owned by its Wal."""
+    """The replication streams of one node's pchannels, owned by its Wal. The roles, the
+    followers' acknowledged ends and the commit offset are the cores' (core.py); this
+    keeps what only a process has: the follower tasks and their last write, when each
+    follower was last heard (the quorum lease), the commit waiters' futures, metrics."""
 
     def __init__(self, wal: Wal, node_id: int) -> None:
         self.wal = wal
         self.node_id = node_id
         self._saved_commit: dict[str, int] = {}
+        self._following: dict[str, tuple[Following, asyncio.Task]] = {}
+        self._writing: dict[str, asyncio.Future] = {}  # a follower's last synced write
+        # A leader's role, when it began and when each follower was last heard (monotonic).
+        self._heard: dict[str, tuple[Leading, float, dict[int, float]]] = {}
+        self._waiters: dict[int, asyncio.Future] = {}
+        self._tokens = itertools.count()
 
-    # -- roles -------------------------------------------------------------------------
+    # -- the cores' effects --------------------------------------------------------------
 
-    def configure(self, ch: Channel, rs: pb.ReplicaSet | None) -> bool:
-        """Take the role `rs` gives this node under the channel's current term (or the
-        single-replica behaviour); returns True when a new leader role began."""
-        parsed = parse_replica_set(rs, self.node_id)
-        if parsed is None:
-            self.stop_role(ch, None)
-            ch.commit = None
-            return False
-        role_kind, members = parsed
-        if ch.commit is None:  # all that was acknowledged with one replica is committed
-            ch.commit = ch.committed_next
-        current = ch.replica
-        if role_kind == pb.REPLICA_ROLE_LEADER:
-            if isinstance(current, LeaderRole) and current.term == ch.term:
-                current.set_members(members)
-                self.advance(ch)
-                return False
-            self.stop_role(ch, None)
-            start = next((f for t, f in reversed(ch.meta.history) if t == ch.term), ch.next_offset)
-            ch.replica = LeaderRole(ch.term, members, self.node_id, start, time.monotonic())
-            self.advance(ch)
-            self.publish(ch)
-            return True
-        assert rs is not None
-        leader = Member(rs.leader.server_id, rs.leader.address)
-        same = isinstance(current, FollowerRole) and current.term == ch.term
-        if same and current.leader == leader:
-            return False
-        self.stop_role(ch, None)
-        ordinal = next(i for i, m in enumerate(members) if m.node_id == self.node_id)
-        self.follow_again(ch, FollowerRole(ch.term, leader, ordinal))
-        return False
+    def close(self) -> None:
+        """The node stops: every follower stream ends, every commit waiter fails."""
+        for _, task in self._following.values():
+            task.cancel()
+        self._following.clear()
+        self.answer(tuple(self._waiters), ChannelFenced("the node is shutting down"))
 
-    def follow_again(self, ch: Channel, role: FollowerRole) -> None:
-        """Follow the same leader under the same term with a new stream (a follower that
-        dropped a damaged suffix copies it again)."""
-        again = FollowerRole(role.term, role.leader, role.ordinal)
-        ch.replica = again
-        again.task = asyncio.get_running_loop().create_task(
-            self._follow(ch, again), name=f"follow-{ch.name}"
+    def start_following(self, ch: Channel, role: Following) -> None:
+        task = asyncio.get_running_loop().create_task(
+            self._follow(ch, role), name=f"follow-{ch.name}"
         )
+        self._following[ch.name] = (role, task)
         self.publish(ch)
 
-    def stop_role(self, ch: Channel, err: StreamingError | None) -> None:
-        """End the channel's role (a higher term, a Remove, another role)."""
-        role = ch.replica
-        if role is None:
-            return
-        role.stop(err or ChannelFenced(f"pchannel {ch.name!r}: term {role.term} ended here"))
-        ch.replica = None
-        ch.notify()
-        log.info("replica role ended", extra={"pchannel": ch.name, "term": role.term})
+    def stop_following(self, ch: Channel, role: Following) -> None:
+        current = self._following.get(ch.name)
+        if current is not None and current[0] is role:
+            del self._following[ch.name]
+            current[1].cancel()
+            log.info("replica role ended", extra={"pchannel": ch.name, "term": role.term})
+        self.publish(ch)
 
-    async def settle(self, role: Role | None) -> None:
-        """Wait for the last write of a stopped follower role (its task was cancelled, the
+    async def settle(self, ch: Channel) -> None:
+        """Wait for the last write of a stopped follower (its task was cancelled, the
         write in the worker thread goes on): the state it already shows must be durable."""
-        if isinstance(role, FollowerRole) and role.writing is not None:
+        writing = self._writing.get(ch.name)
+        if writing is not None:
             with contextlib.suppress(Exception):
-                await asyncio.shield(role.writing)
+                await asyncio.shield(writing)
 
-    def advance(self, ch: Channel) -> None:
-        """Recompute a leader's commit offset (after a local sync or a follower's ack)."""
-        role = ch.replica
-        if not isinstance(role, LeaderRole) or role.stopped is not None or ch.commit is None:
-            return
-        new = role.next_commit(ch.commit, ch.committed_next)
-        if new != ch.commit:
-            ch.commit = new
-            role.release(new)
-            ch.notify()
+    def wrote(self, ch: Channel, write: asyncio.Future) -> None:
+        """A synced write of copied records (a Fence waits for it: `settle`)."""
+        self._writing[ch.name] = write
+
+    def answer(self, tokens: tuple[int, ...], error: StreamingError | None = None) -> None:
+        for token in tokens:
+            future = self._waiters.pop(token, None)
+            if future is not None and not future.done():
+                if error is None:
+                    future.set_result(None)
+                else:
+                    future.set_exception(error)
 
     def wait_commit(self, ch: Channel, term: int, end: int) -> asyncio.Future:
         """Resolves once offsets below `end` are committed under `term`; fails if the
         channel's leader role for that term ended (fenced, removed)."""
-        role = ch.replica
-        if not isinstance(role, LeaderRole) or role.term != term:
-            future = asyncio.get_running_loop().create_future()
-            future.set_exception(
-                ChannelFenced(f"pchannel {ch.name!r}: no longer the leader of term {term}")
-            )
-            return future
-        return role.wait_commit(end, ch.commit or 0)
+        token = next(self._tokens)
+        future = self._waiters[token] = asyncio.get_running_loop().create_future()
+        self.wal.effects(ch, ch.core.wait_commit(term, end, token))
+        return future
 
     def needs_quorum(self, ch: Channel, level: int) -> bool:
-        role = ch.replica
-        return isinstance(role, LeaderRole) and rules.quorum_ack(level, len(role.members))
+        role = ch.core.role
+        return isinstance(role, Leading) and rules.quorum_ack(level, len(role.members))
 
     def persist_commit(self, ch: Channel, wb) -> None:
         """Lazily: the commit offset rides along with the next group commit."""
@@ -183,72 +144,61 @@ class Replication:
 
     def publish(self, ch: Channel) -> None:
         m = self.wal.metrics
-        role = ch.replica
-        m.role.labels(ch.name, "leader").set(int(isinstance(role, LeaderRole)))
-        m.role.labels(ch.name, "follower").set(int(isinstance(role, FollowerRole)))
-        if isinstance(role, LeaderRole):
-            for p in role.progress.values():
-                m.replica_acked.labels(ch.name, str(p.node_id)).set(p.acked)
-                m.replica_lag.labels(ch.name, str(p.node_id)).set(
-                    max(0, ch.committed_next - p.acked)
-                )
+        role = ch.core.role
+        m.role.labels(ch.name, "leader").set(int(isinstance(role, Leading)))
+        m.role.labels(ch.name, "follower").set(int(isinstance(role, Following)))
+        if isinstance(role, Leading):
+            for node in role.follower_ids(self.node_id):
+                acked = role.acked.get(node, 0)
+                m.replica_acked.labels(ch.name, str(node)).set(acked)
+                m.replica_lag.labels(ch.name, str(node)).set(max(0, ch.committed_next - acked))
+
+    def lead(self, ch: Channel) -> None:
+        """After an Assign: a new leader role gives its followers a lease from now to
+        connect; members added under the same term get one from the role's start."""
+        role = ch.core.role
+        if isinstance(role, Leading):
+            self._lease(ch, role)
+        else:
+            self._heard.pop(ch.name, None)
+        self.publish(ch)
+
+    def _lease(self, ch: Channel, role: Leading) -> dict[int, float]:
+        """When each follower of `role` was last heard."""
+        held = self._heard.get(ch.name)
+        if held is None or held[0] is not role:
+            held = self._heard[ch.name] = (role, time.monotonic(), {})
+        _, started, heard = held
+        for node in role.follower_ids(self.node_id):
+            heard.setdefault(node, started)
+        return heard
 
     def quorum_lost(self, ch: Channel) -> str:
         """Why `ch`'s leader role lacks a majority within its lease ("": it does not)."""
-        role = ch.replica
-        if not isinstance(role, LeaderRole) or role.stopped is not None:
+        role = ch.core.role
+        if not isinstance(role, Leading):
             return ""
+        heard = self._lease(ch, role)
         lease = self.wal.config.quorum_lease_s
         now = time.monotonic()
-        heard = [p.heard_at for p in role.progress.values()]
-        if quorum_contact(heard, len(role.members), now, lease):
+        followers = role.follower_ids(self.node_id)
+        if quorum_contact([heard[n] for n in followers], len(role.members), now, lease):
             return ""
-        ages = ", ".join(
-            f"node {p.node_id}: {now - p.heard_at:.1f}s ago" for p in role.progress.values()
-        )
+        ages = ", ".join(f"node {n}: {now - heard[n]:.1f}s ago" for n in followers)
         return f"the leader heard from no majority of its replicas within {lease}s ({ages})"
-
-    def status(self, ch: Channel, status: pb.PChannelStatus) -> None:
-        role = ch.replica
-        status.role = (
-            pb.REPLICA_ROLE_FOLLOWER if isinstance(role, FollowerRole) else pb.REPLICA_ROLE_LEADER
-        )
-        status.last_term = ch.last_term
-        status.commit_offset = ch.known_commit
-        if isinstance(role, LeaderRole):
-            for p in role.progress.values():
-                status.replicas.append(
-                    pb.ReplicaProgress(
-                        node_id=p.node_id,
-                        acked_offset=p.acked,
-                        lag=max(0, ch.committed_next - p.acked),
-                    )
-                )
 
     # -- leader side -------------------------------------------------------------------
 
-    def open_stream(self, first: pb.ReplicaAck) -> tuple[Channel, LeaderRole, Progress]:
-        """Checks a follower's first ReplicaAck: this node leads the pchannel under the
-        same term and the follower is a member."""
-        ch = self.wal.channels.get(first.pchannel)
-        role = ch.replica if ch is not None else None
-        if ch is None or not isinstance(role, LeaderRole) or role.stopped is not None:
-            raise ChannelFenced(f"pchannel {first.pchannel!r} is not led by this node")
-        if first.term != role.term:
-            raise term_error(first.pchannel, first.term, role.term)
-        progress = role.progress.get(first.node_id)
-        if progress is None:
-            raise InvalidArgument(
-                f"node {first.node_id} is not a follower of {first.pchannel!r} at term {role.term}"
-            )
-        return ch, role, progress
-
     async def serve(self, first: pb.ReplicaAck, acks, context) -> None:
         """One follower's Replicate stream: raises the StreamingError to abort it with."""
-        ch, role, progress = self.open_stream(first)
-        start = rules.follower_start(
-            _history(first.term_history), first.acked_offset, ch.meta.history, ch.committed_next
+        ch = self.wal.channels.get(first.pchannel)
+        if ch is None:
+            raise ChannelFenced(f"pchannel {first.pchannel!r} is not led by this node")
+        start = ch.core.open_stream(
+            first.node_id, first.term, _history(first.term_history), first.acked_offset
         )
+        role = ch.core.role
+        assert isinstance(role, Leading)
         log.info(
             "follower connected",
             extra={
@@ -259,19 +209,21 @@ class Replication:
                 "truncate_from": start.truncate_from,
             },
         )
-        progress.acked, progress.connected = start.position, True
-        progress.heard_at = time.monotonic()
-        try:
-            await _LeaderStream(self, ch, role, progress, start, acks, context).run()
-        finally:
-            progress.connected = False
+        self._lease(ch, role)[first.node_id] = time.monotonic()
+        await _LeaderStream(self, ch, role, first.node_id, start, acks, context).run()
+
+    def acked(self, ch: Channel, role: Leading, node: int, end: int, sent: int) -> None:
+        """A follower's ReplicaAck: it holds everything below `end` (of what was `sent`)."""
+        self._lease(ch, role)[node] = time.monotonic()
+        self.wal.effects(ch, ch.core.acked(node, role.term, end, sent))
+        self.publish(ch)
 
     # -- follower side -----------------------------------------------------------------
 
-    async def _follow(self, ch: Channel, role: FollowerRole) -> None:
+    async def _follow(self, ch: Channel, role: Following) -> None:
         """Stream from the leader while the role lasts, reconnecting with backoff."""
         delay = BACKOFF[0]
-        while role.stopped is None:
+        while ch.core.role is role:
             before = ch.committed_next
             try:
                 await self._follow_once(ch, role)
@@ -295,7 +247,7 @@ class Replication:
             await asyncio.sleep(delay)
             delay = min(delay * 2, BACKOFF[1])
 
-    def _ack(self, ch: Channel, role: FollowerRole, first: bool = False) -> pb.ReplicaAck:
+    def _ack(self, ch: Channel, role: Following, first: bool = False) -> pb.ReplicaAck:
         return pb.ReplicaAck(
             pchannel=ch.name,
             term=role.term,
@@ -305,7 +257,7 @@ class Replication:
             term_history=_starts(ch.meta.history) if first else (),
         )
 
-    async def _follow_once(self, ch: Channel, role: FollowerRole) -> None:
+    async def _follow_once(self, ch: Channel, role: Following) -> None:
         try:  # the leader's internal listener, asked anew at every reconnect
             channel = await make_internal_channel(role.leader.address)
         except grpc.RpcError as exc:
@@ -320,7 +272,7 @@ class Replication:
             reader = asyncio.ensure_future(_pump(call, queue))
             try:
                 await call.write(self._ack(ch, role, first=True))
-                while role.stopped is None:
+                while ch.core.role is role:
                     entries = [await queue.get()]
                     size = len(getattr(entries[0], "record", b""))
                     while not queue.empty() and size < APPLY_BYTES:
@@ -328,8 +280,8 @@ class Replication:
                         size += len(getattr(entries[-1], "record", b""))
                     end = next((e for e in entries if isinstance(e, BaseException)), None)
                     applied = [e for e in entries if isinstance(e, pb.LogEntry)]
-                    changed = bool(applied) and role.stopped is None
-                    if changed and await self._apply(ch, role, applied):
+                    changed = bool(applied) and ch.core.role is role
+                    if changed and await self.apply(ch, applied):
                         await call.write(self._ack(ch, role))
                     if end is not None:
                         raise end
@@ -343,42 +295,20 @@ class Replication:
         finally:
             await channel.close()
 
-    async def _apply(self, ch: Channel, role: FollowerRole, entries: list[pb.LogEntry]) -> bool:
-        """Store entries (cutting first if told), sync, then learn the commit offset;
-        True when the log changed (to acknowledge). A pure commit update is only kept in
-        memory: it is saved with the next records."""
-        wal, store = self.wal, self.wal.store
-        wb = store.new_batch()
-        commit = ch.known_commit
-        changed = False
-        for e in entries:
-            rules.check_entry(role.term, ch.meta.term, e.term)  # every entry: cuts, commits
-            if e.HasField("truncate_from"):
-                rules.check_truncate(e.truncate_from, ch.committed_next)
-                if e.truncate_from < ch.known_commit:
-                    log.error(
-                        "cutting below the commit offset (unclean failover)",
-                        extra={"pchannel": ch.name, "from": e.truncate_from},
-                    )
-                await wal.truncate_suffix(ch, e.truncate_from)
-                commit = min(commit, e.truncate_from)
-                changed = True
-            if e.record:
-                rules.check_entry(role.term, ch.meta.term, e.term, e.offset, ch.committed_next)
-                rec = records.decode(e.record, f"{ch.name}@{e.offset} from the leader")
-                wal.apply_copied(ch, wb, e.offset, e.record, rec)
-                changed = True
-            commit = max(commit, e.commit_offset)
-        ch.commit = min(commit, ch.committed_next)
-        if not changed:
-            return False
-        store.put_size(wb, ch.name, ch.size_bytes)
-        store.put_commit(wb, ch.name, ch.commit)
-        write = wal.write_copied(ch, wb)
-        role.writing = write  # a Fence waits for it: the log end it reports must be on disk
-        await asyncio.shield(write)
-        wal.mark_durable(ch)  # before the ack
-        return True
+    async def apply(self, ch: Channel, entries: list[pb.LogEntry]) -> bool:
+        """The core applies its leader's entries (core.apply: cut if told, store, sync,
+        then learn the commit offset); True when the log changed (to acknowledge)."""
+        got = [
+            Entry(
+                e.term,
+                e.offset,
+                e.record,
+                e.truncate_from if e.HasField("truncate_from") else None,
+                e.commit_offset,
+            )
+            for e in entries
+        ]
+        return await self.wal.steps(ch, ch.core.apply(got))
 
 
 def term_error(pchannel: str, theirs: int, ours: int) -> StreamingError:
@@ -404,8 +334,8 @@ class _LeaderStream:
         self,
         repl: Replication,
         ch: Channel,
-        role: LeaderRole,
-        progress: Progress,
+        role: Leading,
+        node: int,
         start: rules.Start,
         acks,
         context,
@@ -413,7 +343,7 @@ class _LeaderStream:
         self.repl = repl
         self.ch = ch
         self.role = role
-        self.progress = progress
+        self.node = node
         self.start = start
         self.acks = acks
         self.context = context
@@ -435,14 +365,15 @@ class _LeaderStream:
             await self.context.write(first)
             sent_commit = first.commit_offset
             while True:
-                if role.stopped is not None or ch.replica is not role:
-                    raise role.stopped or ChannelFenced(f"{ch.name!r}: leader role ended")
+                if ch.core.role is not role:
+                    raise ChannelFenced(f"{ch.name!r}: leader role ended")
                 if reader.done():
                     err = reader.result()
                     if err is not None:
                         raise err
                     return  # the follower closed its stream
-                while self.window and self.window[0][0] <= self.progress.acked:
+                acked = role.acked.get(self.node, 0)
+                while self.window and self.window[0][0] <= acked:
                     self.inflight -= self.window.popleft()[1]
                 if self.position < ch.committed_next and self.inflight < WINDOW_BYTES:
                     await self._send_records()
@@ -479,15 +410,12 @@ class _LeaderStream:
         async for ack in self.acks:
             if not isinstance(ack, pb.ReplicaAck):
                 return InvalidArgument(getattr(ack, "reason", "malformed ReplicaAck"))
-            if ack.term != self.role.term or ack.node_id != self.progress.node_id:
+            if ack.term != self.role.term or ack.node_id != self.node:
                 return term_error(self.ch.name, ack.term, self.role.term)
             if ack.replay:  # resend from what the follower holds
                 self.position = min(self.position, ack.acked_offset)
                 self.window.clear()
                 self.inflight = 0
-            self.progress.acked = min(ack.acked_offset, self.position)
-            self.progress.heard_at = time.monotonic()
-            self.repl.advance(self.ch)
-            self.repl.publish(self.ch)
+            self.repl.acked(self.ch, self.role, self.node, ack.acked_offset, self.position)
             self.acked.set()
         return None

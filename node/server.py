@@ -21,6 +21,7 @@ from streamwal.node.groups import GroupService
 from streamwal.node.grpc_limits import CallLimits, server_options
 from streamwal.node.log_store import LogStore
 from streamwal.node.metrics import NodeMetrics
+from streamwal.node.probe_port import ProbePort
 from streamwal.node.produce_port import ProducePort
 from streamwal.node.service import NodeService
 from streamwal.node.wal import Wal
@@ -75,6 +76,7 @@ class NodeServer:
         self.internal_port = 0  # 0: the internal services share `port` (or not started)
         self._internal_server: aio.Server | None = None
         self._internal_calls: CallLimits | None = None
+        self._probe_port: ProbePort | None = None
 
     def _grpc_server(self, calls: CallLimits) -> aio.Server:
         """A gRPC server with the node's limits and health and Describe services."""
@@ -157,6 +159,7 @@ class NodeServer:
                 where = f"{cfg.listen.rpartition(':')[0]}:0"
             self.internal_port = self._bind(self._internal_server, where, "--internal-listen")
         await self._open_produce_port()
+        await self._open_probe_port()
         await server.start()
         self._server = server
         if self._internal_server is not None:
@@ -221,6 +224,20 @@ class NodeServer:
         except OSError as exc:
             raise StartupError(f"cannot listen on {where} (--produce-listen): {exc}") from None
 
+    async def _open_probe_port(self) -> None:
+        """The probe port (node/probe_port.py), unless turned off; CollectStatus names it."""
+        where = self.config.probe_listen
+        if where == "off":
+            return
+        if where == "auto":
+            where = f"{self.config.listen.rpartition(':')[0]}:0"
+        self._probe_port = ProbePort(self.config.node_id, self.transport)
+        try:
+            await self._probe_port.start(where)
+        except OSError as exc:
+            raise StartupError(f"cannot listen on {where} (--probe-listen): {exc}") from None
+        self.service.probe_port = self._probe_port.port
+
     def _info_handler(self) -> grpc.GenericRpcHandler:
         async def describe(_request, _context) -> wire_pb2.DescribeNodeResponse:
             return wire_pb2.DescribeNodeResponse(
@@ -260,6 +277,8 @@ class NodeServer:
             except TimeoutError:
                 clean = False
                 log.error("stop phase timed out", extra={"phase": phase, "seconds": deadline})
+        if self._probe_port is not None:
+            await self._probe_port.stop()
         if clean:
             self.store.close()
         if self._metrics_server:

@@ -99,6 +99,7 @@ class NodeService:
         self.max_pending_answers = cfg.max_pending_answers
         self._ids = itertools.count(1)
         self.serving = True
+        self.probe_port = 0  # the probe port, set by the server once bound (0: none)
         limits = TxnLimits(
             cfg.txn_keepalive_s,
             cfg.txn_max_keepalive_s,
@@ -295,26 +296,17 @@ class NodeService:
     async def collect_status(self, request, context):
         async def act(_req):
             resp = pb.StreamingNodeManagerCollectStatusResponse(
-                server_id=self.node_id, wall_time_ms=time.time_ns() // 1_000_000
+                server_id=self.node_id,
+                wall_time_ms=time.time_ns() // 1_000_000,
+                probe_port=self.probe_port,
             )
             for ch in self.wal.channels.values():
-                if not ch.meta.serving or ch.recovering or not ch.fence.assigned:
+                if not ch.core.known or not ch.core.reported:
                     continue
-                status = pb.PChannelStatus(
-                    pchannel=pb.PChannelInfo(name=ch.name, term=ch.term),
-                    first_offset=ch.first_offset,
-                    next_offset=ch.committed_next,
-                    last_time_tick=ch.clock.last,
-                    size_bytes=ch.size_bytes,
-                    producers=ch.producers,
-                    consumers=ch.consumers,
-                    data_loss=ch.damage,
-                    unhealthy=self.wal.unhealthy(ch),
-                    retention=pb.RetentionPolicy(
-                        max_age_ms=ch.meta.retention_age_ms, max_bytes=ch.meta.retention_bytes
-                    ),
-                )
-                self.wal.replication.status(ch, status)
+                status = ch.core.status()
+                status.producers = ch.producers
+                status.consumers = ch.consumers
+                status.unhealthy = self.wal.unhealthy(ch)
                 resp.channels.append(status)
             return resp
 

@@ -1,24 +1,28 @@
 """The node's write-ahead log: pchannels over one LogStore, fenced by terms.
 
-Owns the per-pchannel state (channel.py), the group committer and two housekeeping
-tasks: idle time ticks (so time-tick consumers progress on quiet pchannels) and
-retention. All methods run on the event loop; RocksDB writes happen in a worker thread
-inside the group committer; reads are short and bounded.
+The driver of the pchannels' pure cores (core.py, node/README.md): every decision about a
+pchannel is its core's; this feeds the inputs, answers the steps (`steps`) and applies
+the effects (`effects`) through the LogStore, the group committer, the acknowledged-offset
+ledger and the replication streams (replication.py). Also owns the housekeeping tasks:
+idle time ticks (so time-tick consumers progress on quiet pchannels), retention, the
+ledger's sync and the verification of what earlier processes wrote. All methods run on
+the event loop; RocksDB writes happen in a worker thread inside the group committer;
+reads are short and bounded.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from typing import Any
 
 from streamwal.errors import (
-    ChannelFenced,
     DataLoss,
-    IgnoredOperation,
     Inner,
     InvalidArgument,
     StreamingError,
@@ -28,32 +32,45 @@ from streamwal.node import peer, records, salvage
 from streamwal.node.ack_ledger import AckLedger
 from streamwal.node.channel import Channel
 from streamwal.node.channel_meta import ChannelMeta
-from streamwal.node.clock import BarrierTooFar
 from streamwal.node.config import NodeConfig
-from streamwal.node.divergence import cut_history, extend_history, log_divergence
+from streamwal.node.core import (
+    Answer,
+    AppendTick,
+    CatchUp,
+    Drain,
+    Effect,
+    Fail,
+    Following,
+    MarkDurable,
+    Notify,
+    PersistMeta,
+    Resend,
+    StartFollowing,
+    Steps,
+    StopFollowing,
+    Store,
+    Truncate,
+    Verify,
+    drive,
+    parse_replica_set,
+)
+from streamwal.node.divergence import log_divergence
 from streamwal.node.fencing import (
     AssignOutcome,
     check_access,
-    decide_assign,
-    decide_damaged_assign,
     decide_remove,
 )
 from streamwal.node.group_commit import GroupCommitter
 from streamwal.node.health import WriteHealth
 from streamwal.node.log_store import LogStore, StoreCorruption, StoreUnwritable, log_key
+from streamwal.node.meta_writer import MetaWriter
 from streamwal.node.metrics import ChannelState, NodeMetrics
 from streamwal.node.producers import (
     BatchResult,
-    Duplicate,
-    ProducerState,
-    check_sequence,
-    cut_producers,
-    idle_producers,
     window_below,
     window_end,
 )
-from streamwal.node.replica import LeaderRole
-from streamwal.node.replication import Replication, parse_replica_set
+from streamwal.node.replication import Replication
 from streamwal.node.retention import plan_cut
 from streamwal.proto import streaming_pb2 as pb
 
@@ -64,6 +81,7 @@ READ_BYTES = 4 * 1024 * 1024  # one read step of a consumer or a fetch
 VERIFY_STEP_BYTES = 4 * 1024 * 1024  # records checked per step of a verification
 LEDGER_SYNC_S = 1.0  # the ledger's marks reach the disk (and, async, the WAL) this often
 CEILING_RESERVE = 1 << 16  # async: offsets reserved per durable raise of a ceiling
+COPY_BYTES = 8 * 1024 * 1024  # a catch-up syncs what it copied at least this often
 _TIME_TICK_BODY = pb.MessageBatch(
     messages=[pb.Message(properties={PROP_TYPE: str(int(MsgType.TimeTick))})]
 ).SerializeToString()
@@ -123,6 +141,11 @@ def _below(recs: list[tuple[int, bytes]], end: int) -> list[tuple[int, bytes]]:
     return recs
 
 
+def _now_ms() -> int:
+    """Wall-clock milliseconds: the core's `now_ms` (ticks, producers' last use)."""
+    return time.time_ns() // 1_000_000
+
+
 def validate_name(name: str) -> None:
     raw = name.encode()
     if not raw or len(raw) > MAX_NAME_BYTES or "\0" in name or not name.isprintable():
@@ -134,6 +157,7 @@ def validate_name(name: str) -> None:
 class Wal:
     def __init__(self, store: LogStore, config: NodeConfig, metrics: NodeMetrics) -> None:
         self.store = store
+        self.metas = MetaWriter(store)  # durable meta writes, coalesced
         self.config = config
         self.metrics = metrics
         self.channels: dict[str, Channel] = {}
@@ -148,7 +172,6 @@ class Wal:
             self._failed,
             metrics.fsync_latency.observe,
         )
-        self._group_sizes: dict[str, tuple[Channel, int]] = {}
         self._tasks: list[asyncio.Task] = []
         self._closing = False
         self.replication = Replication(self, config.node_id)
@@ -183,21 +206,34 @@ class Wal:
         for name in self.ledger.names():
             if name not in self.channels:
                 ch = self._load_channel(name, ChannelMeta())
-                ch.bad_reason = "the store has no record of this pchannel (its meta is lost)"
-                ch.bad_from = ch.first_offset
+                lost = "the store has no record of this pchannel (its meta is lost)"
+                ch.core.found_damage(ch.first_offset, lost)
+
+    def _channel(self, name: str, meta: ChannelMeta, known: bool = True) -> Channel:
+        """A pchannel's state as the store holds it; its ledger slot made first (durable
+        before the pchannel's meta is: a pchannel with meta always has a mark)."""
+        ch = Channel(
+            name,
+            meta,
+            self.store.tail(name),
+            self.store.load_commit(name),
+            self.config.node_id,
+            functools.partial(self.store.load_producer, name),
+            self.ledger.mark(name) or 0,
+            known,
+        )
+        ch.ledger_slot = self.ledger.slot(name, ch.committed_next)
+        self.channels[name] = ch
+        return ch
 
     def _load_channel(self, name: str, meta: ChannelMeta) -> Channel:
-        ch = Channel(name, meta, self.store.tail(name), self.store.load_commit(name))
+        ch = self._channel(name, meta)
         ch.unverified_end = ch.committed_next
-        mark = self.ledger.mark(name)
-        ch.ledger_slot = self.ledger.slot(name, ch.committed_next)
-        if mark is not None and ch.committed_next < mark:
-            ch.lost_until = mark
+        ch.core.unverified = bool(ch.unverified_end)
+        if ch.core.lost_until:  # the log ends below what the ledger says was acknowledged
             self._found_damage(ch, "ledger")
         ch.ceiling = self.ledger.ceiling(name)
-        if ch.ceiling > ch.committed_next and ch.commit is None and not ch.damage:
-            self._skip_to_ceiling(ch)
-        self.channels[name] = ch
+        self._skip_to_ceiling(ch)
         return ch
 
     def _skip_to_ceiling(self, ch: Channel) -> None:
@@ -205,17 +241,19 @@ class Wal:
         acknowledged (a power loss takes the last second by design): one internal record
         covers everything up to the ceiling, so those offsets are never handed out again,
         and the log stays dense. Written before the node serves."""
-        end = ch.committed_next
-        term = ch.last_term or (ch.meta.history[-1][0] if ch.meta.history else 0)
+        skip = ch.core.skip(ch.ceiling, _now_ms())
+        if skip is None:
+            return
+        term, got = skip
+        end, count = got.base, ch.ceiling - got.base
         flags = records.FLAG_SKIP | records.FLAG_SHARED_TICK
-        value = records.encode(term, ch.clock.allocate(1), ch.ceiling - end, b"", flags)
+        value = records.encode(term, got.first_tick, count, b"", flags)
         wb = self.store.new_batch()
         self.store.put_record(wb, ch.name, end, value)
         self.store.put_size(wb, ch.name, ch.size_bytes + len(value))
         self.store.write_synced(wb)
-        ch.committed(end, ch.ceiling - end, value)
-        ch.next_offset = ch.ceiling
-        ch.size_bytes += len(value)
+        ch.core.written(end, count, len(value), term, None, ledger=False)
+        ch.cache(end, value)
         log.warning(
             "offsets skipped after an unclean stop under async durability",
             extra={"pchannel": ch.name, "from": end, "to": ch.ceiling - 1},
@@ -244,8 +282,8 @@ class Wal:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._committer.close()
+        self.replication.close()
         for ch in self.channels.values():
-            self.replication.stop_role(ch, None)
             ch.notify()
         if self._syncing is not None:
             await asyncio.gather(self._syncing, return_exceptions=True)
@@ -285,100 +323,47 @@ class Wal:
         validate_name(name)
         if retention is not None and (retention.max_age_ms < 0 or retention.max_bytes < 0):
             raise InvalidArgument("retention bounds must be >= 0")
-        parsed = parse_replica_set(replica_set, self.config.node_id)
-        following = parsed is not None and parsed[0] == pb.REPLICA_ROLE_FOLLOWER
-        ch = self.channels.get(name)
-        outcome = decide_assign(ch.fence if ch else None, term)
-        if ch is not None:
-            if not following:
-                await self.ensure_verified(ch)
-            cut = decide_damaged_assign(
-                name, ch.damage, ch.bad_needs_salvage, following, accept_data_loss, outcome
+        rs = parse_replica_set(replica_set, self.config.node_id)
+        ch = self.channels.get(name) or self._new_channel(name)
+        policy = None if retention is None else (retention.max_age_ms, retention.max_bytes)
+        steps = ch.core.assign(term, rs, catch_up_from, min_next_offset, policy, accept_data_loss)
+        outcome = await self._unknown_gone(ch, steps)
+        self.replication.lead(ch)
+        if outcome is AssignOutcome.TAKE:
+            log.info(
+                "assigned",
+                extra={
+                    "pchannel": name,
+                    "term": term,
+                    "next_offset": ch.next_offset,
+                    "role": "follower" if rs is not None and not rs.leading else "leader",
+                },
             )
-            ch.recovering = False
-            if cut:
-                await self._cut_damage(ch, accept=not following)
-        if outcome is not AssignOutcome.TAKE:
-            assert ch is not None
-            if self.replication.configure(ch, replica_set):
-                self._tick(ch)
-            if retention is not None and ch is not None:
-                ch.meta = replace(
-                    ch.meta,
-                    retention_age_ms=retention.max_age_ms,
-                    retention_bytes=retention.max_bytes,
-                )
-                await asyncio.get_running_loop().run_in_executor(
-                    None, self.store.save_meta, name, ch.meta
-                )
-            return outcome
-        if ch is None:
-            ch = self._new_channel(name)
-        else:
-            # Until the new term is in place (awaits below), the old one is served by
-            # nobody here: not by a stale producer, and not by the idle TimeTick, which
-            # a follower-to-be would keep as a record its new leader cannot tell from
-            # its own (same term, same offset): a silently divergent replica. A failed
-            # take leaves it so: the coord has moved on from the old term.
-            ch.taking = term
-            role = ch.replica
-            self.replication.stop_role(ch, None)
-            await self.replication.settle(role)
-            await self._drain(ch)
-        if catch_up_from:
-            try:
-                await self._catch_up(ch, catch_up_from)
-            except StreamingError:
-                if not ch.meta.term:  # never assigned here: leave no trace of the attempt
-                    self.channels.pop(name, None)
-                raise
-        if ch.next_offset < min_next_offset and not following:  # never reuse offsets
-            log.warning(
-                "offset gap",
-                extra={"pchannel": name, "from": ch.next_offset, "to": min_next_offset},
-            )
-            ch.next_offset = ch.committed_next = min_next_offset
-        # A follower's history follows the records it copies; a leader's term starts here.
-        history = ch.meta.history if following else [*ch.meta.history, (term, ch.next_offset)]
-        meta = replace(ch.meta, term=term, assigned_term=term, serving=True, history=history)
-        if retention is not None:
-            meta = replace(
-                meta, retention_age_ms=retention.max_age_ms, retention_bytes=retention.max_bytes
-            )
-        await asyncio.get_running_loop().run_in_executor(None, self.store.save_meta, name, meta)
-        ch.meta = meta
-        ch.taking = 0  # the role below is set in the same step: no gap to serve in
-        if self.replication.configure(ch, replica_set):
-            self._tick(ch)
-        ch.notify()  # consumers under the old term see the fence move
-        log.info(
-            "assigned",
-            extra={
-                "pchannel": name,
-                "term": term,
-                "next_offset": ch.next_offset,
-                "role": "follower" if following else "leader",
-            },
-        )
         return outcome
 
-    def _new_channel(self, name: str, term: int = 0) -> Channel:
+    async def _unknown_gone(self, ch: Channel, steps: Steps) -> Any:
+        """Run an Assign's or a Fence's steps; a pchannel never assigned or fenced here
+        that fails leaves no trace of the attempt."""
+        try:
+            return await self.steps(ch, steps)
+        except StreamingError:
+            if not ch.core.known and self.channels.get(ch.name) is ch:
+                del self.channels[ch.name]
+            raise
+
+    def _new_channel(self, name: str) -> Channel:
         """A pchannel this node has no meta for yet, with the node's default retention."""
         meta = ChannelMeta(
-            term=term,
             retention_age_ms=self.config.default_retention_age_ms,
             retention_bytes=self.config.default_retention_bytes,
         )
-        ch = Channel(name, meta, self.store.tail(name), self.store.load_commit(name))
-        # Durable before the pchannel's meta is: a pchannel with meta always has a mark.
-        ch.ledger_slot = self.ledger.slot(name, ch.committed_next)
-        self.channels[name] = ch
-        return ch
+        return self._channel(name, meta, known=False)
 
-    def _tick(self, ch: Channel) -> None:
-        """A new leader's first record: committing it commits the older terms' records
-        below it (replication_rules.commit_offset), so do not wait for the idle tick."""
-        self.append(ch, ch.term, _TIME_TICK_BODY, 1, records.FLAG_TIME_TICK)
+    def _tick(self, ch: Channel, term: int) -> None:
+        """A time tick record; nobody waits for its answer (a failed one is just gone).
+        A new leader's first one commits the older terms' records below it
+        (replication_rules.commit_offset), so it does not wait for the idle tick."""
+        self.append(ch, term, _TIME_TICK_BODY, 1, records.FLAG_TIME_TICK)
 
     async def fence(self, name: str, term: int) -> tuple[int, int, int, str]:
         """Raise the accepted term of `name` to `term` (persisted; any lower role ends) and
@@ -390,35 +375,142 @@ class Wal:
         every offset it acknowledged, so no leader is chosen that lacks them.
         """
         validate_name(name)
-        if term < 1:
-            raise IgnoredOperation(f"term must be >= 1, got {term}")
+        ch = self.channels.get(name) or self._new_channel(name)
+        before = ch.term
+        report = await self._unknown_gone(ch, ch.core.fence_term(term))
+        if ch.term > before:
+            log.info("fenced", extra={"pchannel": name, "term": term})
+        return report
+
+    async def remove(self, name: str, term: int) -> None:
         ch = self.channels.get(name)
         if ch is None:
-            ch = self._new_channel(name, term)
-            await asyncio.get_running_loop().run_in_executor(
-                None, self.store.save_meta, name, ch.meta
-            )
-        elif term > ch.meta.term:
-            ch.meta = replace(ch.meta, term=term)
-            role = ch.replica
-            self.replication.stop_role(
-                ch, ChannelFenced(f"pchannel {name!r} was fenced at term {term}")
-            )
-            await self.replication.settle(role)
-            await asyncio.get_running_loop().run_in_executor(
-                None, self.store.save_meta, name, ch.meta
-            )
-            await self._drain(ch)
-            log.info("fenced", extra={"pchannel": name, "term": term})
-        await self.ensure_verified(ch)
-        damage = ch.damage
-        if damage:
-            acked = max(self.ledger.mark(name) or 0, ch.lost_until)
-            return ch.last_term, ch.committed_next, max(ch.known_commit, acked), damage
-        return ch.last_term, ch.committed_next, ch.known_commit, ""
+            decide_remove(None, name, term)  # raises: nothing to remove here
+        assert ch is not None
+        await self.steps(ch, ch.core.remove(term))
+        log.info("removed", extra={"pchannel": name, "term": ch.term})
 
-    async def _catch_up(self, ch: Channel, source: str) -> None:
-        """Copy the records this node lacks from `source`, cutting a divergent suffix first."""
+    def access(self, name: str, term: int) -> Channel:
+        """The pchannel if a Produce/Consume under `term` may use it; raises otherwise."""
+        ch = self.channels.get(name)
+        if ch is None or not ch.core.known:
+            check_access(None, name, term)  # raises: never assigned here
+        assert ch is not None
+        ch.core.access(term)
+        return ch
+
+    # -- the core's effects and steps ----------------------------------------------------
+
+    def effects(self, ch: Channel, effects: list[Effect], notify: bool = True) -> None:
+        """Apply what the core of `ch` asks for (`notify=False`: the caller notifies)."""
+        repl = self.replication
+        for effect in effects:
+            if isinstance(effect, MarkDurable):
+                self.ledger.advance(ch.ledger_slot, effect.end)
+            elif isinstance(effect, Notify):
+                if notify:
+                    ch.notify()
+            elif isinstance(effect, Answer):
+                repl.answer(effect.tokens)
+            elif isinstance(effect, Fail):
+                repl.answer(effect.tokens, effect.error)
+            elif isinstance(effect, StartFollowing):
+                repl.start_following(ch, effect.role)
+            elif isinstance(effect, StopFollowing):
+                repl.stop_following(ch, effect.role)
+            elif isinstance(effect, AppendTick):
+                self._tick(ch, effect.term)
+            else:
+                raise AssertionError(f"a step outside a step runner: {effect!r}")
+
+    async def steps(self, ch: Channel, steps: Steps) -> Any:
+        """Run a core input's steps (core.drive): each one's I/O here."""
+        return await drive(steps, lambda step: self._step(ch, step))
+
+    async def _step(self, ch: Channel, step: Effect) -> Any:
+        name = ch.name
+        if isinstance(step, PersistMeta):
+            await self.metas.save(name, step.meta)
+        elif isinstance(step, Drain):
+            while not ch.core.drained and not self._closing:
+                await ch.wait_changed(0.05)
+        elif isinstance(step, Verify):
+            await self.ensure_verified(ch)  # what it finds, it reports (report_bad_record)
+        elif isinstance(step, Truncate):
+            return await self._truncate(ch, step)
+        elif isinstance(step, Store):
+            await self._store(ch, step)
+        elif isinstance(step, CatchUp):
+            return await self._catch_up(ch, step.source)
+        elif isinstance(step, StopFollowing):
+            self.replication.stop_following(ch, step.role)
+            await self.replication.settle(ch)
+        else:
+            self.effects(ch, [step])
+        return None
+
+    async def _truncate(self, ch: Channel, step: Truncate) -> tuple[int, int]:
+        """Cut the log from `step.offset`: a divergent suffix (records from an unclean
+        failover's loser, which lowers the acknowledged mark first, so a crash in between
+        cannot look like a loss), or a damaged one (the mark stays, and the pchannel stays
+        damaged until its records are copied back up to it)."""
+        offset = step.offset
+        if step.divergent:
+            self.ledger.lower(ch.ledger_slot, offset)
+            if offset < ch.known_commit:
+                log.error(
+                    "cutting below the commit offset (unclean failover)",
+                    extra={"pchannel": ch.name, "from": offset},
+                )
+        dropped = await asyncio.get_running_loop().run_in_executor(
+            None, self.store.truncate_from, ch.name, offset, lambda w: window_below(w, offset)
+        )
+        log.warning(
+            "truncated divergent suffix" if step.divergent else "dropped damaged suffix",
+            extra={"pchannel": ch.name, "from": offset, "to": ch.next_offset, "bytes": dropped},
+        )
+        ch.drop_cache_after(offset)
+        return dropped, self.store.tail(ch.name).last_term
+
+    async def _store(self, ch: Channel, step: Store) -> None:
+        """Write copied records with their meta, windows, size and commit, synced, in a
+        worker thread. If the write fails the core goes back to what the store holds
+        (core.unstore) -- also when nobody waits for the write any more (a fenced
+        follower's stream): otherwise its log end would claim records the disk lacks and
+        the next copy would leave a hole there (found by the simulator)."""
+        store, name = self.store, ch.name
+        wb = store.new_batch()
+        for base, value in step.records:
+            store.put_record(wb, name, base, value)
+        store.put_meta(wb, name, step.meta)
+        for pid, window in step.windows:
+            store.put_producer(wb, name, pid, window)
+        store.put_size(wb, name, ch.size_bytes)
+        if step.commit is not None:
+            store.put_commit(wb, name, step.commit)
+        write = asyncio.get_running_loop().run_in_executor(None, store.write_synced, wb)
+        staged = step.staged
+
+        def done(f: asyncio.Future) -> None:
+            if f.cancelled() or f.exception() is None or staged is None:
+                return
+            log.error(
+                "write of copied records failed: the log goes back to what is durable",
+                extra={"pchannel": name, "error": repr(f.exception())},
+            )
+            ch.core.unstore(staged)
+            ch.drop_cache_after(ch.committed_next)
+            ch.notify()
+
+        write.add_done_callback(done)
+        self.replication.wrote(ch, write)
+        await asyncio.shield(write)
+        for base, value in step.records:
+            ch.cache(base, value)
+
+    async def _catch_up(self, ch: Channel, source: str) -> StreamingError | None:
+        """Copy the records this node lacks from `source`, cutting a divergent suffix
+        first; returns the error that stopped it, if any."""
         started = time.perf_counter()
         try:
             stream = peer.fetch(source, ch.name, ch.next_offset)
@@ -427,14 +519,14 @@ class Wal:
             cut = log_divergence(ch.meta.history, ch.next_offset, history, first.log_end)
             if cut is not None:
                 await stream.aclose()
-                await self.truncate_suffix(ch, cut)
+                await self.steps(ch, ch.core.truncate(cut))
                 stream = peer.fetch(source, ch.name, ch.next_offset)
                 await anext(stream)
-            copied = await self._copy(ch, stream, source)
+            copied = await self._copy(ch, stream)
         except (StreamingError, StopAsyncIteration) as err:
             # A source that lost acknowledged records is a loss here too, not a failure.
             cls = DataLoss if isinstance(err, DataLoss) else Inner
-            raise cls(f"cannot catch up {ch.name!r} from {source}: {err}") from None
+            return cls(f"cannot catch up {ch.name!r} from {source}: {err}")
         log.info(
             "caught up",
             extra={
@@ -445,116 +537,23 @@ class Wal:
                 "seconds": round(time.perf_counter() - started, 3),
             },
         )
+        return None
 
-    async def _copy(self, ch: Channel, stream, source: str) -> int:
-        """Write every fetched record verbatim (checksum verified), in synced chunks."""
-        copied, wb, pending = 0, self.store.new_batch(), 0
+    async def _copy(self, ch: Channel, stream) -> int:
+        """Store every fetched record verbatim (checksum verified), in synced chunks."""
+        copied, got, pending = 0, [], 0
         async for resp in stream:
-            where = f"{ch.name}@{resp.base_offset} from {source}"
-            rec = records.decode(resp.record, where)
-            self.apply_copied(ch, wb, resp.base_offset, resp.record, rec)
-            copied += rec.count
+            got.append((resp.base_offset, resp.record))
+            copied += records.peek(resp.record)[2]
             pending += len(resp.record)
-            if pending >= 8 * 1024 * 1024:
-                self.store.put_size(wb, ch.name, ch.size_bytes)
-                await self.write_copied(ch, wb)
-                self.mark_durable(ch)
-                wb, pending = self.store.new_batch(), 0
-        self.store.put_size(wb, ch.name, ch.size_bytes)
-        await self.write_copied(ch, wb)
-        self.mark_durable(ch)
+            if pending >= COPY_BYTES:
+                await self.steps(ch, ch.core.store(got))
+                got, pending = [], 0
+        if got:
+            await self.steps(ch, ch.core.store(got))
         return copied
 
-    def write_copied(self, ch: Channel, wb) -> asyncio.Future:
-        """Write copied records (applied to `ch` already), synced, in a worker thread. If
-        the write fails, `ch` goes back to what the store holds -- also when nobody waits
-        for the write any more (a fenced follower's stream): otherwise its log end would
-        claim records the disk lacks and the next copy would leave a hole there (found by
-        the simulator, streamwal.testing.sim)."""
-        write = asyncio.get_running_loop().run_in_executor(None, self.store.write_synced, wb)
-
-        def done(f: asyncio.Future) -> None:
-            if not f.cancelled() and f.exception() is not None:
-                self.rewind_to_store(ch, f.exception())
-
-        write.add_done_callback(done)
-        return write
-
-    def rewind_to_store(self, ch: Channel, error: BaseException | None) -> None:
-        """`ch`'s log end, size, last term and history as the store holds them (its term
-        stays: a fence may have raised it meanwhile, and terms never go back)."""
-        tail = self.store.tail(ch.name)
-        stored = self.store.load_meta(ch.name)
-        history = list(stored.history) if stored is not None else []
-        end = max([tail.next_offset, *(first for _, first in history)])
-        log.error(
-            "write of copied records failed: the log goes back to what is durable",
-            extra={"pchannel": ch.name, "from": ch.committed_next, "to": end, "error": repr(error)},
-        )
-        ch.meta = replace(ch.meta, history=history)
-        ch.next_offset = ch.committed_next = end
-        ch.first_offset = tail.first_offset
-        ch.size_bytes = tail.size_bytes
-        ch.last_term = tail.last_term
-        if ch.commit is not None:
-            ch.commit = min(ch.commit, end)
-        ch.drop_cache_after(end)
-        ch.producer_states.clear()
-        ch.notify()
-
-    def apply_copied(self, ch: Channel, wb, base: int, value: bytes, rec: records.Record) -> None:
-        """Add a record copied from another node to `wb`, with the producer window and the
-        term history it implies (catch-up and replication share this)."""
-        self.store.put_record(wb, ch.name, base, value)
-        history = extend_history(ch.meta.history, rec.term, base)
-        if history is not None:
-            ch.meta = replace(ch.meta, history=history)
-            self.store.put_meta(wb, ch.name, ch.meta)
-        if rec.producer is not None:
-            pid, seq = rec.producer
-            state = self._producer_state(ch, pid)
-            state.add(seq, BatchResult(base, rec.first_tick, rec.count))
-            self.store.put_producer(wb, ch.name, pid, state.encode_upto(seq))
-        if ch.next_offset == 0 and not ch.size_bytes:
-            ch.first_offset = base
-        ch.committed(base, rec.count, value)
-        ch.next_offset = base + rec.count
-        ch.size_bytes += len(value)
-        ch.last_term = rec.term
-        ch.clock.observe(rec.last_tick)
-
-    async def truncate_suffix(self, ch: Channel, offset: int, divergent: bool = True) -> None:
-        """Cut this node's log from `offset`: a divergent suffix (records from an unclean
-        failover's loser, which lowers the acknowledged mark first, so a crash in between
-        cannot look like a loss), or a damaged one (`divergent=False`: the mark stays, and
-        the pchannel stays damaged until its records are copied back up to it)."""
-        loop = asyncio.get_running_loop()
-        if divergent:
-            self.ledger.lower(ch.ledger_slot, offset)
-        dropped = await loop.run_in_executor(
-            None, self.store.truncate_from, ch.name, offset, lambda w: window_below(w, offset)
-        )
-        ch.meta = replace(ch.meta, history=cut_history(ch.meta.history, offset))
-        await loop.run_in_executor(None, self.store.save_meta, ch.name, ch.meta)
-        log.warning(
-            "truncated divergent suffix" if divergent else "dropped damaged suffix",
-            extra={"pchannel": ch.name, "from": offset, "to": ch.next_offset, "bytes": dropped},
-        )
-        ch.next_offset = ch.committed_next = offset
-        if ch.commit is not None:
-            ch.commit = min(ch.commit, offset)
-        ch.size_bytes = max(0, ch.size_bytes - dropped)
-        ch.drop_cache_after(offset)
-        ch.producer_states.clear()
-        tail = self.store.tail(ch.name)
-        ch.last_term = tail.last_term
-
     # -- corruption ----------------------------------------------------------------------
-
-    def mark_durable(self, ch: Channel) -> None:
-        """Record in the ledger that `ch`'s log is durable up to its end (before the end is
-        acknowledged to anyone: a producer, a leader, a catching-up node)."""
-        self.ledger.advance(ch.ledger_slot, ch.committed_next)
 
     async def ensure_verified(self, ch: Channel, urgent: bool = True) -> None:
         """Verify what earlier processes wrote of `ch`'s log before this node leads it or
@@ -624,23 +623,20 @@ class Wal:
         """A record of `ch`'s log at `offset` cannot be read back as written. The pchannel
         is served by nobody here from now on. A leader's role ends (the coord sees the
         damage in CollectStatus and moves it); a follower copies the suffix again from
-        its leader, unless RocksDB itself found the damage (`store_corrupt`): that block
-        cannot be dropped in place, so the store is marked for salvage at the next
-        start-up (salvage.py) and the follower keeps storing new records meanwhile."""
-        if ch.bad_from is not None and ch.bad_from <= offset:
-            return
-        ch.bad_from, ch.bad_reason = offset, reason
-        ch.bad_needs_salvage = ch.bad_needs_salvage or store_corrupt
+        its leader (core.rebuild), unless RocksDB itself found the damage
+        (`store_corrupt`): that block cannot be dropped in place, so the store is marked
+        for salvage at the next start-up (salvage.py) and the follower keeps storing new
+        records meanwhile."""
+        effects = ch.core.found_damage(offset, reason, store_corrupt)
+        if not effects:
+            return  # known already
         if store_corrupt:
             salvage.mark_needed(self.store.path, f"{ch.name}@{offset}: {reason}")
         self._found_damage(ch, found_by)
-        role = ch.replica
-        if isinstance(role, LeaderRole):
-            self.replication.stop_role(
-                ch, DataLoss(f"pchannel {ch.name!r} lost acknowledged records: {ch.damage}")
-            )
-        elif role is not None and not ch.bad_needs_salvage and not self._closing:
-            task = asyncio.get_running_loop().create_task(self._rebuild(ch), name="rebuild")
+        self.effects(ch, effects)
+        if isinstance(ch.core.role, Following) and not ch.core.needs_salvage and not self._closing:
+            rebuild = self.steps(ch, ch.core.rebuild())
+            task = asyncio.get_running_loop().create_task(rebuild, name="rebuild")
             self._tasks.append(task)
 
     def _found_damage(self, ch: Channel, found_by: str) -> None:
@@ -650,35 +646,6 @@ class Wal:
             extra={"pchannel": ch.name, "damage": ch.damage, "found_by": found_by},
         )
         ch.notify()
-
-    async def _rebuild(self, ch: Channel) -> None:
-        """A follower found its log damaged: drop the damaged suffix and follow again."""
-        role = ch.replica
-        if role is None or isinstance(role, LeaderRole):
-            return
-        self.replication.stop_role(ch, None)
-        await self.replication.settle(role)
-        await self._drain(ch)
-        await self._cut_damage(ch, accept=False)
-        if ch.replica is None and ch.meta.term == role.term:
-            self.replication.follow_again(ch, role)
-
-    async def _cut_damage(self, ch: Channel, accept: bool) -> None:
-        """Drop the unreadable suffix of `ch`'s log, keeping its acknowledged mark: the
-        pchannel stays damaged until its records are copied back up to the mark (a
-        follower), unless the loss is accepted: then the log continues above every offset
-        this node ever acknowledged (the new term's start, persisted by the caller)."""
-        if ch.bad_from is not None:
-            cut = max(ch.bad_from, ch.first_offset)
-            ch.lost_until = max(ch.lost_until, self.ledger.mark(ch.name) or 0)
-            await self.truncate_suffix(ch, cut, divergent=False)
-            ch.bad_from, ch.bad_reason = None, ""
-        if accept and ch.committed_next < ch.lost_until:
-            log.warning(
-                "data loss accepted",
-                extra={"pchannel": ch.name, "lost": [ch.committed_next, ch.lost_until - 1]},
-            )
-            ch.next_offset = ch.committed_next = ch.lost_until
 
     async def _ledger_loop(self) -> None:
         """The ledger's marks reach the disk every LEDGER_SYNC_S. Under async durability
@@ -697,34 +664,12 @@ class Wal:
                 continue
             for ch, end in ends:
                 self.ledger.advance(ch.ledger_slot, end)
+                ch.core.durable(end)
 
     def _sync_durable(self) -> None:
         if not self.store.sync:
             self.store.sync_wal()
         self.ledger.sync()
-
-    async def remove(self, name: str, term: int) -> None:
-        ch = self.channels.get(name)
-        decide_remove(ch.fence if ch else None, name, term)
-        assert ch is not None
-        ch.meta = replace(ch.meta, serving=False)
-        self.replication.stop_role(ch, None)
-        ch.notify()
-        await self._drain(ch)
-        await asyncio.get_running_loop().run_in_executor(None, self.store.save_meta, name, ch.meta)
-        log.info("removed", extra={"pchannel": name, "term": ch.meta.term})
-
-    def access(self, name: str, term: int) -> Channel:
-        """The pchannel if a Produce/Consume under `term` may use it; raises otherwise."""
-        ch = self.channels.get(name)
-        check_access(ch.fence if ch else None, name, term)
-        assert ch is not None
-        return ch
-
-    async def _drain(self, ch: Channel) -> None:
-        """Wait until everything accepted for `ch` is durable (or failed)."""
-        while ch.committed_next < ch.next_offset and not self._closing:
-            await ch.wait_changed(0.05)
 
     # -- append ------------------------------------------------------------------------
 
@@ -750,34 +695,18 @@ class Wal:
         """
         if self._closing:
             raise Inner("node is shutting down")
-        check_access(ch.fence, ch.name, term)
-        state = None
-        if producer is not None:
-            state = self._producer_state(ch, producer[0])
-            try:
-                check_sequence(state, producer[1], producer[0])
-            except Duplicate as dup:
-                raise Resent(dup.result, ch.inflight.get(producer)) from None
-        if barrier_time_tick:
-            try:
-                ch.clock.push_past(barrier_time_tick)
-            except BarrierTooFar as exc:
-                raise InvalidArgument(str(exc)) from None
-        base = ch.next_offset
-        ch.next_offset = base + count
-        first_tick = ch.clock.allocate(records.ticks_used(flags, count))
-        value = records.encode(term, first_tick, count, body, flags, producer)
+        got = ch.core.append(term, count, _now_ms(), flags, producer, barrier_time_tick)
+        if isinstance(got, Resend):
+            raise Resent(got.result, ch.inflight.get(producer) if got.in_flight else None)
+        value = records.encode(term, got.first_tick, count, body, flags, producer)
         future = asyncio.get_running_loop().create_future()
-        if not flags & records.INTERNAL_FLAGS:  # cursor records must not hold back ticks
-            ch.last_append_ms = time.monotonic() * 1000
-        if producer is not None and state is not None:
-            state.add(producer[1], BatchResult(base, first_tick, count))
+        if producer is not None:
             ch.inflight[producer] = future
         self._committer.submit(
             _Append(
                 ch,
-                base,
-                first_tick,
+                got.base,
+                got.first_tick,
                 count,
                 value,
                 time.perf_counter(),
@@ -789,32 +718,17 @@ class Wal:
         )
         return future
 
-    def _producer_state(self, ch: Channel, producer_id: str) -> ProducerState:
-        state = ch.producer_states.get(producer_id)
-        if state is None:
-            raw = self.store.load_producer(ch.name, producer_id)
-            state = ProducerState.decode(raw) if raw else ProducerState()
-            ch.producer_states[producer_id] = state
-        else:
-            ch.producer_states.move_to_end(producer_id)
-        state.last_used = time.monotonic()
-        return state
-
     def evict_idle_producers(self, ch: Channel) -> None:
         """Drop idle producers' state from memory; a producer per Spark task or batch
         would otherwise grow a long-lived node without bound."""
-        for producer_id in idle_producers(
-            ch.producer_states,
-            time.monotonic(),
-            self.config.producer_idle_s,
-            ch.producers_in_flight(),
-        ):
-            del ch.producer_states[producer_id]
+        ch.core.evict_idle(_now_ms(), int(self.config.producer_idle_s * 1000))
 
     def last_sequence(self, ch: Channel, producer_id: str) -> int:
-        return self._producer_state(ch, producer_id).accepted
+        return ch.core.window(producer_id, _now_ms()).accepted
 
     def _prepare(self, group: list, wb) -> None:
+        """The group's records, producer windows, retention cuts and each pchannel's size
+        once the group is durable (the core counts the same when told `written`)."""
         sizes: dict[str, tuple[Channel, int]] = {}
         for item in group:
             ch = item.channel
@@ -824,7 +738,7 @@ class Wal:
                 size += len(item.value)
                 if item.producer is not None:
                     pid, seq = item.producer
-                    window = ch.producer_states[pid].encode_upto(seq)
+                    window = ch.core.producers[pid].encode_upto(seq)
                     self.store.put_producer(wb, ch.name, pid, window)
             else:
                 wb.delete_range(log_key(ch.name, 0), log_key(ch.name, item.keep_from))
@@ -835,7 +749,6 @@ class Wal:
         for name, (ch, size) in sizes.items():
             self.store.put_size(wb, name, size)
             self.replication.persist_commit(ch, wb)
-        self._group_sizes = sizes
 
     def _committed(self, group: list) -> None:
         now = time.perf_counter()
@@ -853,17 +766,19 @@ class Wal:
             ch = item.channel
             touched[ch.name] = ch
             if isinstance(item, _Append):
-                ch.committed(item.base, item.count, item.value)
-                # Before the answer: the mark covers every acknowledged offset (sync), the
-                # ceiling every one a power loss may take (async).
-                if durable:
-                    self.ledger.advance(ch.ledger_slot, item.base + item.count)
-                else:
-                    self._reserve(ch, item.base + item.count)
-                # The record's term, not the channel's: a Fence raises that before the
-                # writes in flight drain, and its report must name the last record's term
-                # (found by the simulator: the raised term made a stale log look newest).
-                ch.last_term = item.term
+                end = item.base + item.count
+                # Before the answer: the mark covers every acknowledged offset (sync: the
+                # core's MarkDurable), the ceiling every one a power loss may take (async).
+                self.effects(
+                    ch,
+                    ch.core.written(
+                        item.base, item.count, len(item.value), item.term, item.producer, durable
+                    ),
+                    notify=False,
+                )
+                if not durable:
+                    self._reserve(ch, end)
+                ch.cache(item.base, item.value)
                 m.count_append(ch.name, item.count, item.value)
                 m.append_latency.observe(now - item.accepted_at)
                 if item.producer is not None:
@@ -872,15 +787,11 @@ class Wal:
                     item.future.set_result((item.base, item.first_tick))
                     _run_on_done(item)
             else:
-                ch.first_offset = max(ch.first_offset, item.keep_from)
+                ch.core.retained(item.keep_from, item.freed)
                 ch.drop_cache_before(item.keep_from)
                 if not item.future.done():
                     item.future.set_result(None)
-        for ch, size in self._group_sizes.values():
-            ch.size_bytes = size
         for ch in touched.values():
-            if isinstance(ch.replica, LeaderRole):
-                self.replication.advance(ch)
             ch.notify()
 
     def unhealthy(self, ch: Channel) -> str:
@@ -907,24 +818,21 @@ class Wal:
                 "appends could not be written", extra={"error": repr(exc), "items": len(group)}
             )
             err = Inner(f"append failed: {exc}")
-        touched: dict[str, Channel] = {}
+        touched: dict[str, tuple[Channel, list[tuple[str, int]]]] = {}
         for item in group:
             ch = item.channel
-            touched[ch.name] = ch
+            lost = touched.setdefault(ch.name, (ch, []))[1]
             if isinstance(item, _Append) and item.producer is not None:
-                # Forget what never became durable, so the resend is appended for real.
-                pid, seq = item.producer
                 ch.inflight.pop(item.producer, None)
-                state = ch.producer_states.get(pid)
-                if state is not None:
-                    state.forget(seq)
+                lost.append(item.producer)
             if not item.future.done():
                 item.future.set_exception(err)
                 if isinstance(item, _Append):
                     _run_on_done(item)
-        for ch in touched.values():
-            ch.rewind_uncommitted()
-            ch.notify()
+        for ch, lost in touched.values():
+            # Forget what never became durable (the resend is appended for real) and hand
+            # the lost offsets out again.
+            self.effects(ch, ch.core.write_failed(lost))
 
     def _channel_states(self) -> list[ChannelState]:
         return [
@@ -986,9 +894,9 @@ class Wal:
         interval = self.config.time_tick_interval_s
         while True:
             await asyncio.sleep(interval / 2)
-            now = time.monotonic() * 1000
+            now = _now_ms()
             for ch in list(self.channels.values()):
-                if ch.meta.serving and now - ch.last_append_ms >= interval * 1000:
+                if ch.core.idle(now, int(interval * 1000)):
                     try:
                         self.append(ch, ch.term, _TIME_TICK_BODY, 1, records.FLAG_TIME_TICK)
                     except StreamingError:
@@ -1028,9 +936,7 @@ class Wal:
         )
         # Chosen and submitted in one step: an append from a chosen producer can only
         # come later, and its window is then written after the cut's delete.
-        forget = cut_producers(window_ends, keep_from, ch.producer_states, ch.producers_in_flight())
-        for producer_id in forget:
-            ch.producer_states.pop(producer_id, None)
+        forget = ch.core.forget_cut(window_ends, keep_from)
         future = loop.create_future()
         self._committer.submit(_Truncate(ch, keep_from, freed, future, forget))
         await future

@@ -21,6 +21,7 @@ from prometheus_client import Gauge
 from streamwal.coord.coordinator import CoordConfig, Coordinator
 from streamwal.coord.liveness import DEFAULT_GRACE, DEFAULT_PROBE_INTERVAL
 from streamwal.coord.meta_store import VersionConflict
+from streamwal.coord.pinger import Pinger
 from streamwal.coord.server import serve_metrics, start_grpc
 from streamwal.errors import InvalidArgument, StreamingError
 from streamwal.operator import pods as podlib
@@ -76,9 +77,11 @@ class OperatorRuntime:
         self.store = KubeMetaStore(
             self.api, cfg.namespace, live_nodes=self._live_count, on_condition=self._on_condition
         )
+        config = CoordConfig(nodes={}, probe_interval=cfg.probe_interval, grace=cfg.grace)
         self.coord = Coordinator(
             self.store,
-            CoordConfig(nodes={}, probe_interval=cfg.probe_interval, grace=cfg.grace),
+            config,
+            pinger=Pinger(config.probe_interval, config.max_loop_stall),
         )
         self.coord.listener = self._on_outcome
         self.coord.active = False

@@ -18,7 +18,7 @@ class OwnerDescription(_message.Message):
     def __init__(self, role: _Optional[str] = ..., address: _Optional[str] = ..., description_text: _Optional[str] = ...) -> None: ...
 
 class ChannelRecord(_message.Message):
-    __slots__ = ("meta", "owner", "destroyed", "created_at_ms", "replicas", "members", "previous_members", "joint_until", "allow_data_loss", "retention", "applied_retention", "node_selector", "anti_affinity")
+    __slots__ = ("meta", "owner", "destroyed", "created_at_ms", "replicas", "members", "previous_members", "joint_until", "allow_data_loss", "retention", "applied_retention", "node_selector", "anti_affinity", "unled_term")
     class NodeSelectorEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -39,6 +39,7 @@ class ChannelRecord(_message.Message):
     APPLIED_RETENTION_FIELD_NUMBER: _ClassVar[int]
     NODE_SELECTOR_FIELD_NUMBER: _ClassVar[int]
     ANTI_AFFINITY_FIELD_NUMBER: _ClassVar[int]
+    UNLED_TERM_FIELD_NUMBER: _ClassVar[int]
     meta: _streaming_pb2.PChannelMeta
     owner: OwnerDescription
     destroyed: bool
@@ -52,7 +53,8 @@ class ChannelRecord(_message.Message):
     applied_retention: _streaming_pb2.RetentionPolicy
     node_selector: _containers.ScalarMap[str, str]
     anti_affinity: str
-    def __init__(self, meta: _Optional[_Union[_streaming_pb2.PChannelMeta, _Mapping]] = ..., owner: _Optional[_Union[OwnerDescription, _Mapping]] = ..., destroyed: _Optional[bool] = ..., created_at_ms: _Optional[int] = ..., replicas: _Optional[int] = ..., members: _Optional[_Iterable[_Union[_streaming_pb2.StreamingNodeInfo, _Mapping]]] = ..., previous_members: _Optional[_Iterable[_Union[_streaming_pb2.StreamingNodeInfo, _Mapping]]] = ..., joint_until: _Optional[int] = ..., allow_data_loss: _Optional[bool] = ..., retention: _Optional[_Union[_streaming_pb2.RetentionPolicy, _Mapping]] = ..., applied_retention: _Optional[_Union[_streaming_pb2.RetentionPolicy, _Mapping]] = ..., node_selector: _Optional[_Mapping[str, str]] = ..., anti_affinity: _Optional[str] = ...) -> None: ...
+    unled_term: int
+    def __init__(self, meta: _Optional[_Union[_streaming_pb2.PChannelMeta, _Mapping]] = ..., owner: _Optional[_Union[OwnerDescription, _Mapping]] = ..., destroyed: _Optional[bool] = ..., created_at_ms: _Optional[int] = ..., replicas: _Optional[int] = ..., members: _Optional[_Iterable[_Union[_streaming_pb2.StreamingNodeInfo, _Mapping]]] = ..., previous_members: _Optional[_Iterable[_Union[_streaming_pb2.StreamingNodeInfo, _Mapping]]] = ..., joint_until: _Optional[int] = ..., allow_data_loss: _Optional[bool] = ..., retention: _Optional[_Union[_streaming_pb2.RetentionPolicy, _Mapping]] = ..., applied_retention: _Optional[_Union[_streaming_pb2.RetentionPolicy, _Mapping]] = ..., node_selector: _Optional[_Mapping[str, str]] = ..., anti_affinity: _Optional[str] = ..., unled_term: _Optional[int] = ...) -> None: ...
 
 class ChannelManifest(_message.Message):
     __slots__ = ("names",)
@@ -109,7 +111,7 @@ class DescribeChannelsRequest(_message.Message):
     def __init__(self, channel_names: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ChannelDescription(_message.Message):
-    __slots__ = ("channel_name", "owner", "meta", "replicas", "members", "progress", "next_offset", "commit_offset", "data_loss", "allow_data_loss", "first_offset", "size_bytes", "retention")
+    __slots__ = ("channel_name", "owner", "meta", "replicas", "members", "progress", "next_offset", "commit_offset", "data_loss", "allow_data_loss", "first_offset", "size_bytes", "retention", "waiting")
     CHANNEL_NAME_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
     META_FIELD_NUMBER: _ClassVar[int]
@@ -123,6 +125,7 @@ class ChannelDescription(_message.Message):
     FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
     SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
     RETENTION_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
     channel_name: str
     owner: OwnerDescription
     meta: _streaming_pb2.PChannelMeta
@@ -136,7 +139,8 @@ class ChannelDescription(_message.Message):
     first_offset: int
     size_bytes: int
     retention: _streaming_pb2.RetentionPolicy
-    def __init__(self, channel_name: _Optional[str] = ..., owner: _Optional[_Union[OwnerDescription, _Mapping]] = ..., meta: _Optional[_Union[_streaming_pb2.PChannelMeta, _Mapping]] = ..., replicas: _Optional[int] = ..., members: _Optional[_Iterable[_Union[_streaming_pb2.StreamingNodeInfo, _Mapping]]] = ..., progress: _Optional[_Iterable[_Union[_streaming_pb2.ReplicaProgress, _Mapping]]] = ..., next_offset: _Optional[int] = ..., commit_offset: _Optional[int] = ..., data_loss: _Optional[str] = ..., allow_data_loss: _Optional[bool] = ..., first_offset: _Optional[int] = ..., size_bytes: _Optional[int] = ..., retention: _Optional[_Union[_streaming_pb2.RetentionPolicy, _Mapping]] = ...) -> None: ...
+    waiting: str
+    def __init__(self, channel_name: _Optional[str] = ..., owner: _Optional[_Union[OwnerDescription, _Mapping]] = ..., meta: _Optional[_Union[_streaming_pb2.PChannelMeta, _Mapping]] = ..., replicas: _Optional[int] = ..., members: _Optional[_Iterable[_Union[_streaming_pb2.StreamingNodeInfo, _Mapping]]] = ..., progress: _Optional[_Iterable[_Union[_streaming_pb2.ReplicaProgress, _Mapping]]] = ..., next_offset: _Optional[int] = ..., commit_offset: _Optional[int] = ..., data_loss: _Optional[str] = ..., allow_data_loss: _Optional[bool] = ..., first_offset: _Optional[int] = ..., size_bytes: _Optional[int] = ..., retention: _Optional[_Union[_streaming_pb2.RetentionPolicy, _Mapping]] = ..., waiting: _Optional[str] = ...) -> None: ...
 
 class DescribeChannelsResponse(_message.Message):
     __slots__ = ("descriptions",)

@@ -160,12 +160,26 @@ class CloseAssignmentDiscoverRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class AssignmentDiscoverResponse(_message.Message):
-    __slots__ = ("full_assignment", "close")
+    __slots__ = ("full_assignment", "close", "delta")
     FULL_ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
     CLOSE_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
     full_assignment: FullStreamingNodeAssignmentWithVersion
     close: CloseAssignmentDiscoverResponse
-    def __init__(self, full_assignment: _Optional[_Union[FullStreamingNodeAssignmentWithVersion, _Mapping]] = ..., close: _Optional[_Union[CloseAssignmentDiscoverResponse, _Mapping]] = ...) -> None: ...
+    delta: AssignmentDelta
+    def __init__(self, full_assignment: _Optional[_Union[FullStreamingNodeAssignmentWithVersion, _Mapping]] = ..., close: _Optional[_Union[CloseAssignmentDiscoverResponse, _Mapping]] = ..., delta: _Optional[_Union[AssignmentDelta, _Mapping]] = ...) -> None: ...
+
+class AssignmentDelta(_message.Message):
+    __slots__ = ("base", "version", "assigned", "unassigned")
+    BASE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNED_FIELD_NUMBER: _ClassVar[int]
+    UNASSIGNED_FIELD_NUMBER: _ClassVar[int]
+    base: VersionPair
+    version: VersionPair
+    assigned: _containers.RepeatedCompositeFieldContainer[StreamingNodeAssignment]
+    unassigned: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, base: _Optional[_Union[VersionPair, _Mapping]] = ..., version: _Optional[_Union[VersionPair, _Mapping]] = ..., assigned: _Optional[_Iterable[_Union[StreamingNodeAssignment, _Mapping]]] = ..., unassigned: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class FullStreamingNodeAssignmentWithVersion(_message.Message):
     __slots__ = ("version", "assignments")
@@ -428,16 +442,18 @@ class StreamingNodeBalanceAttributes(_message.Message):
     def __init__(self) -> None: ...
 
 class StreamingNodeManagerCollectStatusResponse(_message.Message):
-    __slots__ = ("balance_attributes", "server_id", "channels", "wall_time_ms")
+    __slots__ = ("balance_attributes", "server_id", "channels", "wall_time_ms", "probe_port")
     BALANCE_ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
     SERVER_ID_FIELD_NUMBER: _ClassVar[int]
     CHANNELS_FIELD_NUMBER: _ClassVar[int]
     WALL_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    PROBE_PORT_FIELD_NUMBER: _ClassVar[int]
     balance_attributes: StreamingNodeBalanceAttributes
     server_id: int
     channels: _containers.RepeatedCompositeFieldContainer[PChannelStatus]
     wall_time_ms: int
-    def __init__(self, balance_attributes: _Optional[_Union[StreamingNodeBalanceAttributes, _Mapping]] = ..., server_id: _Optional[int] = ..., channels: _Optional[_Iterable[_Union[PChannelStatus, _Mapping]]] = ..., wall_time_ms: _Optional[int] = ...) -> None: ...
+    probe_port: int
+    def __init__(self, balance_attributes: _Optional[_Union[StreamingNodeBalanceAttributes, _Mapping]] = ..., server_id: _Optional[int] = ..., channels: _Optional[_Iterable[_Union[PChannelStatus, _Mapping]]] = ..., wall_time_ms: _Optional[int] = ..., probe_port: _Optional[int] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
     __slots__ = ("pchannel", "from_offset", "end_offset")

@@ -31,3 +31,17 @@ class DescribeNodeResponse(_message.Message):
     produce_port: int
     internal_port: int
     def __init__(self, server_id: _Optional[int] = ..., produce_port: _Optional[int] = ..., internal_port: _Optional[int] = ...) -> None: ...
+
+class PingRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class PingResponse(_message.Message):
+    __slots__ = ("server_id", "wall_time_ms", "loop_stall_ms")
+    SERVER_ID_FIELD_NUMBER: _ClassVar[int]
+    WALL_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    LOOP_STALL_MS_FIELD_NUMBER: _ClassVar[int]
+    server_id: int
+    wall_time_ms: int
+    loop_stall_ms: int
+    def __init__(self, server_id: _Optional[int] = ..., wall_time_ms: _Optional[int] = ..., loop_stall_ms: _Optional[int] = ...) -> None: ...

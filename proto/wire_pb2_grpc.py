@@ -95,3 +95,84 @@ class StreamingNodeInfoService:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class StreamingNodeProbeServiceStub:
+    """The probe port: liveness answered by a few threads of their own, so that no data,
+    replication or recovery work on the node's event loop can delay it (issue 24). The
+    coord learns the port from CollectStatus (probe_port) and pings it every probe interval.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Ping = channel.unary_unary(
+                '/streamwal.wire.StreamingNodeProbeService/Ping',
+                request_serializer=wire__pb2.PingRequest.SerializeToString,
+                response_deserializer=wire__pb2.PingResponse.FromString,
+                _registered_method=True)
+
+
+class StreamingNodeProbeServiceServicer:
+    """The probe port: liveness answered by a few threads of their own, so that no data,
+    replication or recovery work on the node's event loop can delay it (issue 24). The
+    coord learns the port from CollectStatus (probe_port) and pings it every probe interval.
+    """
+
+    def Ping(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_StreamingNodeProbeServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Ping': grpc.unary_unary_rpc_method_handler(
+                    servicer.Ping,
+                    request_deserializer=wire__pb2.PingRequest.FromString,
+                    response_serializer=wire__pb2.PingResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'streamwal.wire.StreamingNodeProbeService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('streamwal.wire.StreamingNodeProbeService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class StreamingNodeProbeService:
+    """The probe port: liveness answered by a few threads of their own, so that no data,
+    replication or recovery work on the node's event loop can delay it (issue 24). The
+    coord learns the port from CollectStatus (probe_port) and pings it every probe interval.
+    """
+
+    @staticmethod
+    def Ping(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/streamwal.wire.StreamingNodeProbeService/Ping',
+            wire__pb2.PingRequest.SerializeToString,
+            wire__pb2.PingResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from streamwal.errors import DataLoss, Inner, InvalidArgument, StreamingError, Unavailable
+from streamwal.errors import DataLoss, Inner, StreamingError, Unavailable
 from streamwal.message import PROP_TYPE, MsgType
 from streamwal.node import core as nc
 from streamwal.node import records
@@ -257,18 +257,7 @@ class SimNode:
 
     async def _steps(self, core: nc.PChannelCore, steps: nc.Steps) -> Any:
         """Run an input's steps: each one's I/O here, its outcome back to the core."""
-        sent: Any = None
-        error: StreamingError | None = None
-        while True:
-            try:
-                step = steps.throw(error) if error is not None else steps.send(sent)
-            except StopIteration as done:
-                return done.value
-            sent, error = None, None
-            try:
-                sent = await self._step(core, step)
-            except StreamingError as exc:
-                error = exc
+        return await nc.drive(steps, lambda step: self._step(core, step))
 
     async def _step(self, core: nc.PChannelCore, step: nc.Effect) -> Any:
         name = core.name
@@ -439,7 +428,7 @@ class SimNode:
         retention: pb.RetentionPolicy | None = None,
     ) -> AssignOutcome:
         core = self._get(name)
-        rs = _parse(replica_set, self.id)
+        rs = nc.parse_replica_set(replica_set, self.id)
         policy = (retention.max_age_ms, retention.max_bytes) if retention is not None else None
         try:
             return await self._steps(
@@ -608,14 +597,3 @@ class _Write:
     value: bytes
     producer: tuple[str, int] | None
     future: asyncio.Future
-
-
-def _parse(rs: pb.ReplicaSet | None, node_id: int) -> nc.ReplicaSet | None:
-    if rs is None or not rs.members:
-        return None
-    members = tuple(nc.Peer(m.server_id, m.address) for m in rs.members)
-    if node_id not in {m.node_id for m in members}:
-        raise InvalidArgument(f"replica set does not include node {node_id}")
-    if rs.role == pb.REPLICA_ROLE_LEADER:
-        return nc.ReplicaSet(True, members)
-    return nc.ReplicaSet(False, members, nc.Peer(rs.leader.server_id, rs.leader.address))

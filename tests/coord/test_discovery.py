@@ -59,3 +59,96 @@ def test_close_all_ends_every_stream():
     for q in (q1, q2):
         q.get_nowait()
         assert q.get_nowait() is None
+
+
+def _routes(responses) -> dict[str, tuple[int, int]]:
+    """A client's view after applying `responses` (a full table, then deltas) in order."""
+    view: dict[str, tuple[int, int]] = {}
+    held = None
+    for r in responses:
+        if r.HasField("full_assignment"):
+            view = {
+                c.name: (a.node.server_id, c.term)
+                for a in r.full_assignment.assignments
+                for c in a.channels
+            }
+            held = version(r)
+        else:
+            d = r.delta
+            assert (getattr(d.base, "global"), d.base.local) == held  # applies to what we hold
+            for name in d.unassigned:
+                view.pop(name)
+            view.update(
+                {c.name: (a.node.server_id, c.term) for a in d.assigned for c in a.channels}
+            )
+            held = (getattr(d.version, "global"), d.version.local)
+    return view
+
+
+def _drain(queue) -> list:
+    out = []
+    while not queue.empty():
+        out.append(queue.get_nowait())
+    return out
+
+
+def test_deltas_carry_only_what_moved_and_seed_clients_keep_full_tables():
+    hub = discovery.AssignmentHub(incarnation=5)
+    metas = {f"p{i}": assigned(f"p{i}", A) for i in range(100)}
+    hub.update(metas.values())
+    seed, client = hub.subscribe(), hub.subscribe(deltas=True)
+    moved = assigned("p7", A, B)
+    hub.change("p7", moved)
+    hub.change("p8", None)  # destroyed
+    got = _drain(client)
+    assert got[0].HasField("full_assignment") and [r.HasField("delta") for r in got[1:]] == [
+        True,
+        True,
+    ]
+    assert [(c.name, c.term) for a in got[1].delta.assigned for c in a.channels] == [("p7", 2)]
+    assert list(got[2].delta.unassigned) == ["p8"]
+    assert got[1].ByteSize() < got[0].ByteSize() / 20  # proportional to what moved
+    expected = {n: (1, 1) for n in metas if n != "p8"} | {"p7": (2, 2)}
+    assert _routes(got) == expected
+    assert [r.WhichOneof("response") for r in _drain(seed)] == ["full_assignment"] * 3
+
+
+async def test_changes_within_the_interval_go_out_as_one_version():
+    import asyncio
+
+    hub = discovery.AssignmentHub(incarnation=2, flush_interval=0.02)
+    hub.update([assigned("a", A), assigned("b", A)])
+    await asyncio.sleep(0.05)
+    client = hub.subscribe(deltas=True)
+    for name in ("a", "b"):
+        hub.change(name, assigned(name, A, B))
+    hub.change("c", assigned("c", B))
+    hub.change("c", None)  # came and went within the interval: not published at all
+    assert client.qsize() == 1  # nothing yet: coalescing
+    await asyncio.sleep(0.05)
+    full, delta = _drain(client)
+    assert full.HasField("full_assignment")
+    assert delta.delta.version.local == delta.delta.base.local + 1
+    assert sorted(c.name for a in delta.delta.assigned for c in a.channels) == ["a", "b"]
+    assert list(delta.delta.unassigned) == []
+    hub.close_all()
+
+
+def test_a_client_resumes_from_its_version_or_gets_the_table():
+    hub = discovery.AssignmentHub(incarnation=4)
+    hub.update([assigned("a", A)])
+    first = hub.subscribe(deltas=True)
+    hub.change("b", assigned("b", A))
+    seen = _drain(first)
+    held = (4, seen[-1].delta.version.local)
+    hub.unsubscribe(first)
+    hub.change("a", assigned("a", A, B))  # missed while disconnected
+    hub.change("c", assigned("c", B))
+    resumed = _drain(hub.subscribe(deltas=True, since=held))
+    assert [r.WhichOneof("response") for r in resumed] == ["delta", "delta"]
+    assert _routes(seen + resumed) == {"a": (2, 2), "b": (1, 1), "c": (2, 1)}
+    # up to date: one empty delta; unknown version or another incarnation: the table
+    assert [r.delta.assigned for r in _drain(hub.subscribe(True, (4, hub.local)))] == [[]]
+    assert _drain(hub.subscribe(True, (3, 1)))[0].HasField("full_assignment")
+    assert _drain(hub.subscribe(True, (4, 99)))[0].HasField("full_assignment")
+    assert discovery.parse_version("4.2") == (4, 2) and discovery.parse_version("x") is None

@@ -166,3 +166,23 @@ def test_kill_9_while_writing_leaves_whole_records(tmp_path):
     terms = asyncio.run(check())
     assert len(terms) == 4
     assert all(t >= acked for t in terms)
+
+
+async def test_concurrent_puts_share_flushes_and_all_survive(tmp_path):
+    """A burst of puts (a placement of many pchannels) is a few durable writes, not one
+    each, and every record and the manifest listing them are there after a reopen."""
+    import asyncio
+
+    store = LocalMetaStore(tmp_path)
+    names = [f"burst_{i}" for i in range(300)]
+    stored = await asyncio.gather(*(store.put_channel(record(n), None) for n in names))
+    await asyncio.gather(
+        *(store.put_channel(record(n, 1), s.version) for n, s in zip(names, stored, strict=True))
+    )
+    assert store._commit.flushes < 60  # 600 puts
+    await store.close()
+    reopened = LocalMetaStore(tmp_path)
+    listed = {s.record.meta.channel.name: s for s in await reopened.list_channels()}
+    assert set(listed) == set(names)
+    assert {s.record.meta.channel.term for s in listed.values()} == {1}
+    await reopened.close()

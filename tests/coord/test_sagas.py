@@ -154,8 +154,51 @@ def test_no_majority_of_answers_means_no_leader_and_nothing_persisted_after() ->
         sagas.term_change(before, (1, 2, 3), "failover", ctx()), fence_all({1: (4, 3)})
     )
     # Only node 1 answered: the other Fences failed (the outcome lists answers only).
-    assert names(steps) == ["persist-assigning", "fence", "no leader chosen"]
+    assert names(steps) == ["persist-assigning", "fence", "persist-assigning", "no leader chosen"]
     assert steps[-1].notify == "assign-failed" and result == sagas.Failed()
+    assert persisted(steps).unled_term == persisted(steps).meta.channel.term == 5
+
+
+def test_failed_elections_do_not_inflate_the_term_and_the_next_one_converges() -> None:
+    """sc_226 of issue 24: attempts that fence too few replicas chose no leader, and every
+    one raised the term (2 -> 80). Now each retry fences again under the same term, and the
+    first attempt that hears a majority leads under it: one term per failover."""
+    record = replicated("r", term=4).record
+    round_ = ctx(alive=(2, 3), lost=(1,))
+    for _ in range(5):  # node 3's answers keep timing out: only node 2 answers
+        steps, result = drive(
+            sagas.term_change(record, (2, 3, 4), "failover", round_), fence_all({2: (4, 9)})
+        )
+        assert result == sagas.Failed()
+        record = persisted(steps)
+        assert record.meta.channel.term == 5 and record.unled_term == 5
+    snapshot = pl.Snapshot({"r": Stored(record, "v9")}, NODES, frozenset(), Memory())
+    seen = pl.Observations(frozenset({2, 3, 4}), frozenset({2, 3, 4}), frozenset({1}))
+    (job,) = pl.plan(snapshot, seen, 0.0).assign
+    steps, done = drive(
+        sagas.term_change(record, job.members, job.reason, ctx(alive=(2, 3, 4), lost=(1,))),
+        fence_all({2: (4, 9), 3: (4, 12), 4: (0, 0)}),
+    )
+    final = persisted(steps)
+    assert isinstance(done, sagas.Assigned) and done.fields["new_node"] == 3
+    assert (final.meta.state, final.meta.channel.term, final.unled_term) == (sm.ASSIGNED, 5, 0)
+    assert persisted(steps[:1]).unled_term == 0  # cleared before anything is assigned
+
+
+def test_a_term_whose_leader_may_have_been_told_is_never_reused() -> None:
+    """An attempt that failed after its Assign went out (or crashed anywhere after the
+    first persist) leaves unled_term 0: the next one takes a higher term."""
+    before = replicated("r", term=4).record
+    end = {1: (4, 10), 2: (4, 10), 3: (4, 10)}
+
+    def assign_fails(step):
+        return Inner("no") if isinstance(step, sagas.Assign) else fence_all(end)(step)
+
+    steps, result = drive(sagas.term_change(before, (1, 2, 3), "failover", ctx()), assign_fails)
+    record = persisted(steps)
+    assert result == sagas.Failed() and record.unled_term == 0
+    steps, _ = drive(sagas.term_change(record, (1, 2, 3), "resume", ctx()), fence_all(end))
+    assert persisted(steps).meta.channel.term == 6
 
 
 def test_the_handover_won_by_the_drained_leader_is_kept_with_a_backoff() -> None:
@@ -249,3 +292,10 @@ def test_the_most_complete_log_on_a_member_being_replaced_stays_and_leads() -> N
     final = persisted(steps)
     assert final.meta.node.server_id == 1 and [m.server_id for m in final.members] == [1, 2, 3]
     assert isinstance(result, sagas.Assigned) and result.fields["members"] == [1, 2, 3]
+
+
+def test_deadlines_grow_with_what_a_round_asks_of_each_node() -> None:
+    base = sagas.Timeouts(assign=5.0, remove=1.0, fence=2.0)
+    assert base.scaled(1) == base and base.scaled(0) == base
+    big = base.scaled(257)  # 1,024 term changes over 4 nodes
+    assert (big.fence, big.assign, big.remove) == pytest.approx((4.56, 7.56, 3.56))

@@ -99,7 +99,13 @@ def test_streaming_nodes_render_as_production_needs(kube_bin: Path) -> None:
     assert pod["metadata"]["labels"]["app.kubernetes.io/component"] == "streaming-node"
     (container,) = pod["spec"]["containers"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"grpc": 19530, "produce": 19531, "internal": 19532, "metrics": 9091}
+    assert ports == {
+        "grpc": 19530,
+        "produce": 19531,
+        "internal": 19532,
+        "probe": 19533,
+        "metrics": 9091,
+    }
     args = container["args"]
     assert args[:7] == [
         "node",
@@ -128,7 +134,7 @@ def test_streaming_nodes_render_as_production_needs(kube_bin: Path) -> None:
     internal, clients = find(docs, "NetworkPolicy", "-node")["spec"]["ingress"][:2]
     assert {p["port"] for p in clients["ports"]} == {"grpc", "produce"}
     # The internal port: this release's pods in this namespace only (no namespaceSelector).
-    assert [p["port"] for p in internal["ports"]] == ["internal"]
+    assert [p["port"] for p in internal["ports"]] == ["internal", "probe"]
     assert internal["from"] == [
         {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "streamwal",
                                          "app.kubernetes.io/instance": "wal"}}}
@@ -223,7 +229,7 @@ def test_tls_mounts_the_secrets_and_closes_the_produce_port(kube_bin: Path) -> N
     access = yaml.safe_load(text)
     cluster = {"names": ["wal-streamwal-node", "wal-streamwal-coord"], "roles": ["cluster"]}
     assert access == {"identities": [cluster]}
-    assert {p["name"] for p in node["ports"]} == {"grpc", "internal", "metrics"}
+    assert {p["name"] for p in node["ports"]} == {"grpc", "internal", "probe", "metrics"}
     assert node["readinessProbe"]["tcpSocket"]["port"] == 19530  # no TLS in gRPC probes
     policy = find(docs, "NetworkPolicy", "-node")["spec"]["ingress"][1]
     assert {p["port"] for p in policy["ports"]} == {"grpc"}

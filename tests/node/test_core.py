@@ -139,7 +139,8 @@ def test_remove_stops_serving_an_older_remove_is_ignored() -> None:
     with pytest.raises(IgnoredOperation):
         run(c.remove(1))
     effects, _ = run(c.remove(2))
-    assert kinds(effects) == ["PersistMeta"] and not effects[0].meta.serving
+    # Consumers are woken to see the fence move, the meta is persisted once drained.
+    assert kinds(effects) == ["Notify", "PersistMeta"] and not effects[1].meta.serving
     with pytest.raises(ChannelFenced, match="removed"):
         c.access(2)
 

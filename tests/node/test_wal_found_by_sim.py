@@ -16,7 +16,6 @@ from streamwal.node import records
 from streamwal.node.config import NodeConfig
 from streamwal.node.log_store import LogStore
 from streamwal.node.metrics import NodeMetrics
-from streamwal.node.replica import FollowerRole
 from streamwal.node.wal import Wal
 from streamwal.proto import streaming_pb2 as pb
 
@@ -61,8 +60,6 @@ async def test_a_failed_write_leaves_no_hole(tmp_path) -> None:
         )
         await wal.assign("ch", 1, replica_set=follower)
         ch = wal.channels["ch"]
-        role = ch.replica
-        assert isinstance(role, FollowerRole)
         real = wal.store.write_synced
 
         def full(_wb) -> None:
@@ -70,10 +67,10 @@ async def test_a_failed_write_leaves_no_hole(tmp_path) -> None:
 
         wal.store.write_synced = full
         with pytest.raises(OSError):
-            await wal.replication._apply(ch, role, [entry(1, 0, 3)])
+            await wal.replication.apply(ch, [entry(1, 0, 3)])
         assert (ch.committed_next, ch.next_offset) == (0, 0)  # not past what is on disk
         wal.store.write_synced = real
-        assert await wal.replication._apply(ch, role, [entry(1, 0, 3), entry(1, 3, 2)])
+        assert await wal.replication.apply(ch, [entry(1, 0, 3), entry(1, 3, 2)])
         assert ch.committed_next == 5
         assert [base for base, _ in wal.store.records_from("ch", 0, 10, 1 << 20)] == [0, 3]
     finally:

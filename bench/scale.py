@@ -1,0 +1,282 @@
+"""`streamwal bench scale`: issue 24's questions on local processes and in the simulator.
+
+For each (pchannels, replicas) case an embedded cluster (a coord and `--nodes` node
+processes, `LocalCluster`, the coord's default probe interval and grace) is asked:
+
+- create: how long `CreateChannels` takes (1,024 per request, the coord's limit);
+- assigned: from the first create until every pchannel is ASSIGNED;
+- failover: the node leading the most pchannels is SIGKILLed; how long until every
+  pchannel it led is ASSIGNED elsewhere (grace included), and how far each term rose;
+- liveness changes of the healthy nodes over the whole run (the coord's log), which
+  must be none: a loaded node is slow, not lost;
+- discovery: the bytes one AssignmentDiscover client received from the kill until the
+  moved pchannels were all served again (and 1 s after);
+- memory: the coord's and the nodes' resident set at the end;
+- a routed producer on a sample of the killed node's pchannels, sending through the
+  failover; every replica's log is read back and checked against what was acknowledged
+  (streamwal.testing.history): a fast failover that lost messages would not count.
+
+`--sim` adds the simulator's run (streamwal.testing.sim.scale): 10,000 pchannels over
+100 nodes, one node lost, in simulated time. Progress goes to stderr, JSON to stdout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+
+from streamwal.bench.failover import _read_back, _Sender, _until
+from streamwal.coord.coordinator import MAX_CREATE
+from streamwal.proto import streaming_pb2 as pb
+from streamwal.proto import streaming_pb2_grpc as pbg
+
+PHASE_LIMIT_S = 120.0  # every phase is bounded
+
+
+class _Discovery:
+    """One AssignmentDiscover client: counts (arrival time, bytes) per message and keeps
+    the view (pchannel -> (node, term)); the bench reads progress from it instead of
+    polling the coord, whose loop it would load."""
+
+    def __init__(self, channel) -> None:
+        self.messages: list[tuple[float, int]] = []
+        self.view: dict[str, tuple[int, int]] = {}
+        stub = pbg.StreamingCoordAssignmentServiceStub(channel)
+        self._call = stub.AssignmentDiscover(self._requests())
+        self._task = asyncio.create_task(self._read())
+
+    @staticmethod
+    async def _requests():
+        await asyncio.Event().wait()  # nothing to report; the stream stays open
+        yield pb.AssignmentDiscoverRequest()  # pragma: no cover
+
+    async def _read(self) -> None:
+        with contextlib.suppress(Exception):
+            async for response in self._call:
+                self.messages.append((time.monotonic(), response.ByteSize()))
+                if response.HasField("full_assignment"):
+                    self.view = {
+                        c.name: (a.node.server_id, c.term)
+                        for a in response.full_assignment.assignments
+                        for c in a.channels
+                    }
+
+    def between(self, start: float, end: float) -> tuple[int, int]:
+        sizes = [size for at, size in self.messages if start <= at <= end]
+        return len(sizes), sum(sizes)
+
+    async def close(self) -> None:
+        self._call.cancel()
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+
+
+def _rss_mb(pid: int | None) -> float | None:
+    if pid is None:
+        return None
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        return None
+    return None
+
+
+async def scale_case(
+    workdir: Path,
+    pchannels: int,
+    replicas: int,
+    nodes: int = 4,
+    sample: int = 4,
+    tick: Callable[[str], None] | None = None,
+) -> dict:
+    """One case on local processes; see the module docstring for what is measured."""
+    from streamwal.client.wal import connect
+    from streamwal.coord.coordinator import CoordConfig
+    from streamwal.testing.history import check
+    from streamwal.testing.local_cluster import LocalCluster
+    from streamwal.testing.replica_logs import read_replicas
+
+    defaults = CoordConfig(nodes={})
+    say = tick or (lambda _label: None)
+    cluster = LocalCluster(
+        workdir,
+        nodes=nodes,
+        probe_interval=defaults.probe_interval,
+        grace=defaults.grace,
+        log_level="warning",
+    )
+    senders: list[_Sender] = []
+    wal = discovery = None
+    try:
+        await cluster.start()
+        discovery = _Discovery(cluster.channel())
+        say("create")
+        started = time.monotonic()
+        names: list[str] = []
+        while len(names) < pchannels:
+            count = min(MAX_CREATE, pchannels - len(names))
+            names += await cluster.create_channels(count, prefix="scale", replicas=replicas)
+        created_s = time.monotonic() - started
+        say("assign")
+
+        await _until(
+            lambda: all(n in discovery.view for n in names),
+            PHASE_LIMIT_S,
+            "assignment of every pchannel",
+        )
+        assigned_s = time.monotonic() - started
+        await asyncio.sleep(2.0)  # steady state
+        before = dict(discovery.view)
+        leaders: dict[int, list[str]] = {}
+        for name in names:
+            leaders.setdefault(before[name][0], []).append(name)
+        victim, moved = max(leaders.items(), key=lambda kv: len(kv[1]))
+        say("producers")
+        wal = await connect(cluster.coord_address, failover_timeout=60)
+        for name in moved[:sample]:
+            await wal.resolve(name, timeout=30)
+            senders.append(_Sender(await wal.producer(name)))
+        moment = time.monotonic()
+        for sender in senders:
+            await _until(lambda s=sender: s.first_ack_after(moment) is not None, 30, "an ack")
+        say(f"kill node {victim}")
+        cluster.kill_node(victim)
+        killed_at = time.monotonic()
+
+        def moved_served() -> bool:
+            view = discovery.view
+            return all(n in view and view[n][0] != victim for n in moved)
+
+        await _until(moved_served, PHASE_LIMIT_S, "failover of every moved pchannel")
+        served_s = time.monotonic() - killed_at
+        await asyncio.sleep(1.0)
+        pushes, pushed = discovery.between(killed_at, time.monotonic())
+        after = discovery.view
+        rises = sorted({after[n][1] - before[n][1] for n in moved})
+        say("read back")
+        for sender in senders:
+            await sender.close()
+        lost_acks = 0
+        for name, sender in zip(moved, senders, strict=False):
+            members = {m.server_id: m.address for m in (await cluster.describe())[name].members}
+            members.pop(victim, None)
+            logs = await _read_back(lambda m=members, n=name: read_replicas(m, n), 30)
+            verdict = check(logs, sender.acked)
+            lost_acks += 0 if verdict.ok else sum(verdict.counts.values())
+        changes = cluster.coord_events("node liveness changed")
+        healthy_changes = [c for c in changes if c.get("node") != victim]
+        memory = {
+            "coord_mb": _rss_mb(cluster.coord_proc.pid if cluster.coord_proc else None),
+            "nodes_mb": [
+                _rss_mb(n.proc.pid if n.proc else None)
+                for i, n in sorted(cluster.nodes.items())
+                if i != victim
+            ],
+        }
+        return {
+            "pchannels": pchannels,
+            "replicas": replicas,
+            "nodes": nodes,
+            "grace_s": defaults.grace,
+            "create_s": round(created_s, 2),
+            "assigned_s": round(assigned_s, 2),
+            "killed_node_pchannels": len(moved),
+            "failover_s": round(served_s, 2),
+            "failover_beyond_grace_s": round(served_s - defaults.grace, 2),
+            "term_rises": rises,
+            "healthy_liveness_changes": len(healthy_changes),
+            "discovery_messages_per_client": pushes,
+            "discovery_bytes_per_client": pushed,
+            "sample_pchannels": len(senders),
+            "sample_acked": sum(len(s.acked) for s in senders),
+            "sample_lost": lost_acks,
+            **memory,
+        }
+    finally:
+        for sender in senders:
+            with contextlib.suppress(Exception):
+                await sender.close()
+        if wal is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(wal.close(), 10)
+        if discovery is not None:
+            await discovery.close()
+        await cluster.close()
+
+
+@click.command("scale")
+@click.option(
+    "--pchannels",
+    default="256,1024,4096",
+    show_default=True,
+    help="Comma-separated pchannel counts.",
+)
+@click.option(
+    "--replicas",
+    default="1,3",
+    show_default=True,
+    help="Comma-separated replica counts (odd).",
+)
+@click.option("--nodes", default=4, show_default=True, type=click.IntRange(2, 16))
+@click.option(
+    "--sample", default=4, show_default=True, type=click.IntRange(0, 64),
+    help="Pchannels of the killed node that carry a producer through the failover.",
+)  # fmt: skip
+@click.option(
+    "--sim/--no-sim",
+    default=True,
+    show_default=True,
+    help="Also run the simulator at --sim-pchannels over --sim-nodes (simulated time).",
+)
+@click.option("--sim-pchannels", default=10_000, show_default=True, type=click.IntRange(1))
+@click.option("--sim-nodes", default=100, show_default=True, type=click.IntRange(2))
+def scale(
+    pchannels: str,
+    replicas: str,
+    nodes: int,
+    sample: int,
+    sim: bool,
+    sim_pchannels: int,
+    sim_nodes: int,
+) -> None:
+    """Create, place and fail over many pchannels on local nodes; JSON on stdout."""
+    from tqdm import tqdm
+
+    try:
+        counts = [int(c) for c in pchannels.split(",") if c]
+        factors = [int(r) for r in replicas.split(",") if r]
+    except ValueError:
+        raise click.BadParameter("comma-separated integers") from None
+    if not counts or min(counts) < 1:
+        raise click.BadParameter("at least one count, each >= 1", param_hint="--pchannels")
+    if not factors or any(r < 1 or r % 2 == 0 or r > nodes for r in factors):
+        raise click.BadParameter(f"odd, 1..{nodes}", param_hint="--replicas")
+    cases = [(c, r) for r in factors for c in counts]
+    results: dict = {"cases": []}
+    with tqdm(total=len(cases) + sim, file=sys.stderr, unit="case", leave=False) as bar:
+        for count, factor in cases:
+
+            def tick(label: str, count=count, factor=factor) -> None:
+                bar.set_description(f"{count} x RF={factor}: {label}")
+
+            with tempfile.TemporaryDirectory(prefix="sw-scale-") as tmp:
+                case = asyncio.run(scale_case(Path(tmp), count, factor, nodes, sample, tick))
+            results["cases"].append(case)
+            bar.update(1)
+        if sim:
+            from streamwal.testing.sim.scale import run_scale
+
+            bar.set_description(f"simulator: {sim_pchannels} over {sim_nodes} nodes")
+            results["sim"] = run_scale(sim_nodes, sim_pchannels)
+            bar.update(1)
+    print(json.dumps(results, indent=2))

@@ -1,0 +1,125 @@
+"""The coord's second liveness signal: pings to the nodes' probe ports from a thread.
+
+CollectStatus probes run on the coord's event loop and are answered on the node's; both
+loops carry the cluster's work, and at a thousand pchannels either may be late by more
+than a probe deadline. A late answer then looked like a dead node, the failover it
+started loaded everything more, and healthy nodes were lost over and over (issue 24).
+
+The Pinger sends a small Ping every `interval` to each node's probe port (node/probe_port.py)
+from a thread of its own, over blocking gRPC channels, and stamps each outcome with the
+monotonic time it arrived: a coord loop that is busy reads the outcomes late but still
+sees when they happened. A ping counts as a success only from the expected node and with
+its event loop turning (a node whose loop stalled longer than `max_stall` is alive but
+serves nothing). The LivenessTracker combines these outcomes with CollectStatus's.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+import grpc
+
+from streamwal.proto import wire_pb2
+from streamwal.transport import TransportConfig, make_sync_channel
+
+_PING = "/streamwal.wire.StreamingNodeProbeService/Ping"
+
+
+@dataclass(frozen=True)
+class Heard:
+    node: int
+    ok: bool
+    at: float  # monotonic time the outcome arrived
+
+
+class Pinger:
+    """Pings every watched node each `interval` (deadline: the interval) from its thread."""
+
+    def __init__(
+        self,
+        interval: float,
+        max_stall: float,
+        config: TransportConfig | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.interval = interval
+        self.max_stall_ms = max_stall * 1000
+        self._config = config
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._targets: dict[int, str] = {}
+        self._channels: dict[str, tuple[grpc.Channel, grpc.UnaryUnaryMultiCallable]] = {}
+        self._pending: set[int] = set()
+        self._heard: list[Heard] = []
+        self._stop = threading.Event()
+        self._wake = threading.Event()  # a new target: ping it now, not an interval later
+        self._thread: threading.Thread | None = None
+
+    def watch(self, node: int, address: str | None) -> None:
+        """Ping `node` at `address` from now on (None: stop pinging it)."""
+        with self._lock:
+            if address is None:
+                self._targets.pop(node, None)
+            elif self._targets.get(node) != address:
+                self._targets[node] = address
+                self._wake.set()
+
+    def drain(self) -> list[Heard]:
+        """The outcomes that arrived since the last call, oldest first."""
+        with self._lock:
+            out, self._heard = self._heard, []
+        return out
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="coord-pinger", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2 * self.interval + 1)
+            self._thread = None
+        for channel, _ in self._channels.values():
+            channel.close()
+        self._channels.clear()
+
+    def _call(self, address: str) -> grpc.UnaryUnaryMultiCallable:
+        entry = self._channels.get(address)
+        if entry is None:
+            channel = make_sync_channel(address, self._config)
+            call = channel.unary_unary(
+                _PING,
+                request_serializer=wire_pb2.PingRequest.SerializeToString,
+                response_deserializer=wire_pb2.PingResponse.FromString,
+            )
+            entry = self._channels[address] = (channel, call)
+        return entry[1]
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = self._clock()
+            with self._lock:
+                targets = {n: a for n, a in self._targets.items() if n not in self._pending}
+                self._pending |= set(targets)
+                wanted = set(self._targets.values())
+            for address in set(self._channels) - wanted:
+                self._channels.pop(address)[0].close()  # a node moved or left
+            for node, address in sorted(targets.items()):
+                future = self._call(address).future(wire_pb2.PingRequest(), timeout=self.interval)
+                future.add_done_callback(partial(self._done, node))
+            self._wake.wait(max(0.0, self.interval - (self._clock() - started)))
+            self._wake.clear()
+
+    def _done(self, node: int, future: grpc.Future) -> None:
+        ok = False
+        if not future.cancelled() and future.exception() is None:
+            answer: wire_pb2.PingResponse = future.result()
+            ok = answer.server_id in (0, node) and answer.loop_stall_ms <= self.max_stall_ms
+        with self._lock:
+            self._pending.discard(node)
+            self._heard.append(Heard(node, ok, self._clock()))
