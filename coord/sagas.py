@@ -478,22 +478,8 @@ def rejoin(before: cpb.ChannelRecord, nodes: tuple[int, ...], ctx: Round) -> Sag
     divergent suffix themselves, from the leader's term history)."""
     meta = before.meta
     name, term = meta.channel.name, meta.channel.term
-    leader = sm.NodeRef.from_proto(meta.node)
-    following = pb.ReplicaSet(role=FOLLOWER, members=list(before.members), leader=leader.to_proto())
-    done = yield AssignFollowers(
-        tuple(
-            Assign(
-                ctx.ref(n, before),
-                name,
-                term,
-                ctx.timeouts.follower,
-                replica_set=following,
-                retention=_retention(before),
-            )
-            for n in nodes
-            if n != leader.server_id
-        )
-    )
+    leader = meta.node.server_id
+    done = yield AssignFollowers(tuple(_in_role(before, n, ctx) for n in nodes if n != leader))
     if any(done):
         fields = {"pchannel": name, "term": term, "nodes": list(nodes)}
         yield Announce(logging.INFO, "followers rejoined", fields)
@@ -517,29 +503,9 @@ def apply_retention(before: cpb.ChannelRecord, ctx: Round) -> Saga:
     meta = before.meta
     name, term = meta.channel.name, meta.channel.term
     policy = _retention(before)
-    leader = sm.NodeRef.from_proto(meta.node)
-    members = [m.server_id for m in before.members] or [leader.server_id]
-    assigns = []
-    for node in members:
-        if node not in ctx.alive:
-            continue
-        role = LEADER if node == leader.server_id else FOLLOWER
-        rs = (
-            pb.ReplicaSet(role=role, members=list(before.members), leader=leader.to_proto())
-            if before.members
-            else None
-        )
-        assigns.append(
-            Assign(
-                ctx.ref(node, before),
-                name,
-                term,
-                ctx.timeouts.follower,
-                replica_set=rs,
-                retention=policy,
-            )
-        )
-    done = yield AssignFollowers(tuple(assigns))
+    members = [m.server_id for m in before.members] or [meta.node.server_id]
+    assigns = tuple(_in_role(before, n, ctx) for n in members if n in ctx.alive)
+    done = yield AssignFollowers(assigns)
     if not all(done):
         return None  # tried again next round
     record = _copy(before)
@@ -549,6 +515,27 @@ def apply_retention(before: cpb.ChannelRecord, ctx: Round) -> Saga:
     fields |= {"max_age_ms": policy.max_age_ms, "max_bytes": policy.max_bytes} if policy else {}
     yield Announce(logging.INFO, "retention applied", fields)
     return None
+
+
+def _in_role(record: cpb.ChannelRecord, node: int, ctx: Round) -> Assign:
+    """An Assign of `node` under the record's current term in its role there (leader or
+    follower of the record's set; none for a single copy), with the record's retention."""
+    meta = record.meta
+    leader = sm.NodeRef.from_proto(meta.node)
+    role = LEADER if node == leader.server_id else FOLLOWER
+    rs = (
+        pb.ReplicaSet(role=role, members=list(record.members), leader=leader.to_proto())
+        if record.members
+        else None
+    )
+    return Assign(
+        ctx.ref(node, record),
+        meta.channel.name,
+        meta.channel.term,
+        ctx.timeouts.follower,
+        replica_set=rs,
+        retention=_retention(record),
+    )
 
 
 def _retention(record: cpb.ChannelRecord) -> pb.RetentionPolicy | None:

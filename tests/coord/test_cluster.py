@@ -73,12 +73,19 @@ async def test_create_place_describe_destroy(cluster):
     await wait_for(lambda: _not_served(cluster, owner, victim), 5, what="destroyed removed")
     assert await cluster.create(1) == ["pchannel_6"]
 
-    # The same through the CLI.
+    # The same through the CLI, with a retention in the nodes' grammar.
     out = await cluster.cli(
-        "channel", "create", "--coord", cluster.coord_address, "--count", "2", "--prefix", "cli"
-    )
+        "channel", "create", "--coord", cluster.coord_address, "--count", "2", "--prefix", "cli",
+        "--retention", "2h", "--retention-size", "1GiB",
+    )  # fmt: skip
     assert out.split() == ["cli_0", "cli_1"]
-    await wait_for(lambda: cluster.all_assigned(["cli_0", "cli_1"]), 10, what="cli placement")
+    placed = await wait_for(
+        lambda: cluster.all_assigned(["cli_0", "cli_1"]), 10, what="cli placement"
+    )
+    async with NodeClient(placed["cli_0"].meta.node.address) as node:
+        status = await node.collect_status()
+    (policy,) = [c.retention for c in status.channels if c.pchannel.name == "cli_0"]
+    assert (policy.max_age_ms, policy.max_bytes) == (7_200_000, 1 << 30)
     table = await cluster.cli("channel", "describe", "--coord", cluster.coord_address, "cli_0")
     assert table.splitlines()[1].split()[:3] == ["cli_0", "ASSIGNED", "1"]
     await cluster.cli("channel", "destroy", "--coord", cluster.coord_address, "cli_1")

@@ -65,7 +65,7 @@ CASES = {
     ),
     "zero-batch": ((*PRODUCE, "--batch", "0"), "not in the range"),
     "negative-size": ((*PRODUCE, "--size", "-1"), "not in the range"),
-    "negative-from": ((*CONSUME, "--from", "-5"), "use all, latest or an offset"),
+    "negative-from": ((*CONSUME, "--from", "-5"), "use earliest, latest or an offset"),
     "negative-after": ((*CONSUME, "--after", "-5"), "not in the range"),
     "negative-tick": ((*CONSUME, "--tick-gt", "-1"), "not in the range"),
     # streamwal operator

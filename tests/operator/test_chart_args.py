@@ -44,34 +44,27 @@ def test_chart_failover_values_reach_operator_and_coord(kube_bin: Path) -> None:
     from streamwal.coord.cli import coord
 
     sets = ["--set", "failover.grace=45", "--set", "failover.probeInterval=1"]
-    rendered = subprocess.run(
-        [str(kube_bin / "helm"), "template", "sw", str(CHART), *sets, "--set", "controller=coord"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout
+    rendered = _template(kube_bin, *sets, "--set", "controller=coord").stdout
     (deployment,) = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "Deployment"]
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     ctx = coord.make_context("coord", args[1:])
     assert (ctx.params["grace"], ctx.params["probe_interval"]) == (45, 1)
-    refused = subprocess.run(
-        [str(kube_bin / "helm"), "template", "sw", str(CHART), "--set", "failover.grace=0"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    refused = _template(kube_bin, "--set", "failover.grace=0", check=False)
     assert refused.returncode != 0 and "/failover/grace" in refused.stderr, refused.stderr
 
 
-def _node_container(kube_bin: Path, *sets: str) -> dict:
-    rendered = subprocess.run(
+def _template(kube_bin: Path, *sets: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(
         [str(kube_bin / "helm"), "template", "sw", str(CHART), *sets],
         capture_output=True,
         text=True,
-        check=True,
+        check=check,
         timeout=60,
-    ).stdout
+    )
+
+
+def _node_container(kube_bin: Path, *sets: str) -> dict:
+    rendered = _template(kube_bin, *sets).stdout
     (sts,) = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "StatefulSet"]
     return sts["spec"]["template"]["spec"]["containers"][0]
 

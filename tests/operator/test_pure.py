@@ -186,3 +186,39 @@ def test_a_finished_replica_change_deletes_its_keys_in_the_merge_patch() -> None
     unreplicated = st.record_from_object(obj())
     blank = st.status_patch(unreplicated, st.ready_condition(unreplicated, None, 0), obj())
     assert blank["node"] is None and blank["replicas"] is None
+
+
+def test_placement_attrs_are_the_pods_labels_and_kubernetes_nodes() -> None:
+    scheduled = pod("sw-node-1", "10.0.0.6", True, "1")
+    scheduled["spec"]["nodeName"] = "worker-a"
+    pending = pod("sw-node-2", "10.0.0.7", True, "2")
+    labels, domains = pods.placement_attrs([scheduled, pending, pod("x-3", None, True, "3")])
+    assert labels == {
+        1: {"apps.kubernetes.io/pod-index": "1"},
+        2: {"apps.kubernetes.io/pod-index": "2"},
+    }
+    assert domains == {1: "worker-a", 2: "pod sw-node-2"}  # no IP: not a node
+
+
+def test_spec_placement_and_retention_reach_the_record_and_status() -> None:
+    spec = {
+        "replicas": 3,
+        "retention": {"age": "7d", "size": "10GB"},
+        "placement": {"nodeSelector": {"disk": "ssd"}, "antiAffinity": "Preferred"},
+    }
+    record = st.record_from_object({**obj(), "spec": spec})
+    assert dict(record.node_selector) == {"disk": "ssd"} and record.anti_affinity == "Preferred"
+    assert (record.retention.max_age_ms, record.retention.max_bytes) == (604_800_000, 10**10)
+    assert not record.HasField("applied_retention")  # until the nodes took it
+    record.applied_retention.CopyFrom(record.retention)
+    status = st.status_patch(record, st.ready_condition(record, None, 3), obj())
+    assert status["retention"] == {
+        "age": "7d",
+        "size": "10GB",
+        "maxAgeMs": 604_800_000,
+        "maxBytes": 10**10,
+    }
+    back = st.record_from_object({**obj(status), "spec": spec})
+    assert back.applied_retention == record.retention
+    defaults = st.record_from_object({**obj(), "spec": {}})  # the CRD's default age
+    assert (defaults.retention.max_age_ms, defaults.retention.max_bytes) == (604_800_000, 0)
