@@ -102,7 +102,7 @@ async def failover_windows(
     workdir: Path, kills: int, tick: Callable[[str], None] | None = None
 ) -> dict:
     """Kill the leader `kills` times; the unavailability windows and how they were made."""
-    from streamwal.client.wal import connect
+    from streamwal.client.wal import open_wal
     from streamwal.testing.local_cluster import LocalCluster
     from streamwal.testing.replica_logs import read_replicas
 
@@ -114,7 +114,7 @@ async def failover_windows(
     try:
         await cluster.start()
         (name,) = await cluster.create_channels(1, prefix="failover", replicas=3)
-        wal = await connect(cluster.coord_address, failover_timeout=45)
+        wal = await open_wal(cluster.coord_address, failover_timeout=45)
         await wal.resolve(name, timeout=30)
         sender = _Sender(await wal.producer(name))
         for _ in range(kills):

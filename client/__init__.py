@@ -17,9 +17,9 @@ if TYPE_CHECKING:
 
 def connect(coord: str | None = None, **options) -> SyncWALAccessor:
     """The blocking WAL accessor; options as `streamwal.client.aio.connect`."""
-    from streamwal.client.sync_accessor import connect as connect_sync
+    from streamwal.client.sync_accessor import open_blocking
 
-    return connect_sync(coord, **options)
+    return open_blocking(coord, **options)
 
 
 # Names re-exported from `streamwal.client.aio` on first use. The set is spelled out: an

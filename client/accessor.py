@@ -35,7 +35,7 @@ from streamwal.client.consumer_group import (
 )
 from streamwal.client.msgstream import MsgStream, TtMsgStream
 from streamwal.client.node_client import ConsumedMessage
-from streamwal.client.routing import RoutedProducer
+from streamwal.client.routing import RoutedConsumer, RoutedProducer
 from streamwal.client.scanner import Handler, Scanner
 from streamwal.client.wal import WAL
 from streamwal.client.wal_txn import WALTxn
@@ -144,6 +144,36 @@ class WALAccessor:
                 producer = await self.wal.producer(pchannel)
                 self._producers[pchannel] = producer
         return producer
+
+    async def new_producer(
+        self, channel: str, *, producer_id: str | None = None, **options
+    ) -> RoutedProducer:
+        """A producer of its own (close it) for a pchannel or a vchannel, with the node
+        producer's options (`ack_level`, batching, liveness bounds); it follows the
+        pchannel across failovers and resends, idempotently, what was not acknowledged.
+        A stable `producer_id` lets a restarted application's resends be answered
+        instead of appended again."""
+        return await self.wal.producer(channel, producer_id=producer_id, **options)
+
+    async def consumer(
+        self,
+        channel: str,
+        policy: pb.DeliverPolicy | None = None,
+        filters: Sequence[pb.DeliverFilter] = (),
+        *,
+        time_ticks: bool = False,
+        end_offset: int | None = None,
+    ) -> RoutedConsumer:
+        """Read a pchannel (everything) or a vchannel (its messages) wherever it is served,
+        across failovers, never repeating an offset; `end_offset` bounds the read."""
+        return await self.wal.consumer(
+            channel, policy, filters, time_ticks=time_ticks, end_offset=end_offset
+        )
+
+    async def end_offset(self, channel: str) -> int:
+        """The offset the channel's pchannel gives its next message."""
+        pchannel, _ = await self.wal.resolve(channel)
+        return await self.wal.end_offset(pchannel)
 
     async def append_batch(
         self, vchannel: str, msgs: Sequence[Message], barrier_time_tick: int

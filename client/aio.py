@@ -10,6 +10,7 @@ await wal.close()
 from __future__ import annotations
 
 import asyncio
+import os
 
 from streamwal.client.accessor import WALAccessor, WALLocatedRemote
 from streamwal.client.append import AppendOption, AppendResponses, AppendResult, Message
@@ -17,7 +18,7 @@ from streamwal.client.broadcast import BroadcastAppendResult
 from streamwal.client.kube_discovery import coord_address_in_namespace
 from streamwal.client.msgstream_types import MsgPack, MsgPosition, TsMsg, hash_key
 from streamwal.client.policy import DeliverFilter, DeliverPolicy
-from streamwal.client.wal import connect as connect_wal
+from streamwal.client.wal import open_wal
 from streamwal.errors import InvalidArgument
 from streamwal.message import MsgType, ResourceKey
 from streamwal.transport import TransportConfig
@@ -33,19 +34,24 @@ async def connect(
     failover_timeout: float = 30.0,
     transport: TransportConfig | None = None,
 ) -> WALAccessor:
-    """The WAL accessor of the cluster whose coord is at `coord` (HOST:PORT), or of the
-    streamwal installation in Kubernetes `namespace` (its coord Service; `kubeconfig` and
-    `service` as in `kube_discovery.coord_address_in_namespace`).
+    """The WAL accessor of the cluster whose coord is at `coord` (HOST:PORT; default: the
+    STREAMWAL_COORD variable, as the CLI), or of the streamwal installation in Kubernetes
+    `namespace` (its coord Service; `kubeconfig` and `service` as in
+    `kube_discovery.coord_address_in_namespace`).
 
     `timeout` bounds the wait for the first assignment; `failover_timeout` how long an
     append or read waits for a pchannel's next owner."""
+    if coord is None and namespace is None:
+        coord = os.environ.get("STREAMWAL_COORD") or None
     if (coord is None) == (namespace is None):
-        raise InvalidArgument("connect needs either coord='HOST:PORT' or namespace='NS'")
+        raise InvalidArgument(
+            "connect needs either coord='HOST:PORT' (or STREAMWAL_COORD) or namespace='NS'"
+        )
     if namespace is not None:
         coord = await asyncio.to_thread(
             coord_address_in_namespace, namespace, kubeconfig=kubeconfig, service=service
         )
-    wal = await connect_wal(
+    wal = await open_wal(
         coord, timeout=timeout, failover_timeout=failover_timeout, transport=transport
     )
     return WALAccessor(wal, transport)

@@ -82,7 +82,7 @@ async def _coord_knows(coord: str, name: str, timeout: float = 2.0) -> bool | No
 async def _connect(coord: str, channel: str):
     """The routed client, after checking that the coord answers and knows `channel` (a
     pchannel, or a vchannel on one): a typo fails at once, not after a failover wait."""
-    from streamwal.client.wal import connect
+    from streamwal.client.wal import open_wal
     from streamwal.message import pchannel_of
 
     known = await _coord_knows(coord, channel)
@@ -93,7 +93,7 @@ async def _connect(coord: str, channel: str):
         raise click.ClickException(
             f"no such channel: {channel!r} (streamwal channel list; streamwal channel create)"
         )
-    return await connect(coord, timeout=CONNECT_TIMEOUT)
+    return await open_wal(coord, timeout=CONNECT_TIMEOUT)
 
 
 async def _until_signalled(work: Callable[[], Awaitable[None]]) -> bool:

@@ -20,9 +20,9 @@ def group() -> None:
 async def _all(coord: str, channels: tuple[str, ...]):
     """Every group description of `channels` (all assigned pchannels when empty)."""
     from streamwal.client.consumer_group import describe_groups
-    from streamwal.client.wal import connect
+    from streamwal.client.wal import open_wal
 
-    wal = await connect(coord, timeout=10.0)
+    wal = await open_wal(coord, timeout=10.0)
     try:
         names = list(channels) or sorted(wal.assignments())
         found = await asyncio.gather(*(describe_groups(wal, n) for n in names))

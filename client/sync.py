@@ -55,8 +55,9 @@ class _Portal:
             self.loop.close()
 
 
-class SyncTxn:
-    """Blocking twin of client/txn.py's Txn (same methods, same errors)."""
+class SyncNodeTxn:
+    """Blocking twin of client/txn.py's Txn, the node tier's (same methods, same errors);
+    the accessor's is `streamwal.client.sync_accessor.SyncTxn`."""
 
     def __init__(self, portal: _Portal, txn: Txn) -> None:
         self._portal = portal
@@ -86,9 +87,9 @@ class SyncProducer:
         self._portal = portal
         self._producer = producer
 
-    def begin_txn(self, vchannel: str, keepalive: float | None = None) -> SyncTxn:
+    def begin_txn(self, vchannel: str, keepalive: float | None = None) -> SyncNodeTxn:
         """See Producer.begin_txn: a txn on `vchannel`, None keepalive = the node's default."""
-        return SyncTxn(
+        return SyncNodeTxn(
             self._portal, self._portal.call(self._producer.begin_txn(vchannel, keepalive))
         )
 

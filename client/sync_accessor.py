@@ -19,7 +19,7 @@ from streamwal.client.consumer_group import GroupConsumer, GroupDescription
 from streamwal.client.msgstream import EARLIEST, MsgStream
 from streamwal.client.msgstream_types import MsgPack, MsgPosition, RepackFunc
 from streamwal.client.scanner import Handler, Scanner
-from streamwal.client.sync import _Portal
+from streamwal.client.sync import SyncConsumer, SyncProducer, _Portal
 from streamwal.client.txn import TxnResult
 from streamwal.client.wal_txn import WALTxn
 from streamwal.message import ResourceKey
@@ -222,6 +222,33 @@ class SyncWALAccessor:
     def tt_msg_stream(self) -> SyncMsgStream:
         return SyncMsgStream(self._portal, self.aio.tt_msg_stream())
 
+    def new_producer(
+        self, channel: str, *, producer_id: str | None = None, **options
+    ) -> SyncProducer:
+        """See WALAccessor.new_producer (close it)."""
+        opened = self.aio.new_producer(channel, producer_id=producer_id, **options)
+        return SyncProducer(self._portal, self._portal.call(opened))
+
+    def consumer(
+        self,
+        channel: str,
+        policy: pb.DeliverPolicy | None = None,
+        filters: Sequence[pb.DeliverFilter] = (),
+        *,
+        time_ticks: bool = False,
+        end_offset: int | None = None,
+        timeout: float | None = None,
+    ) -> SyncConsumer:
+        """See WALAccessor.consumer; `timeout` bounds each wait for the next batch (None:
+        wait forever). Iterate it, or call `next_batch()`."""
+        opened = self.aio.consumer(
+            channel, policy, filters, time_ticks=time_ticks, end_offset=end_offset
+        )
+        return SyncConsumer(self._portal, self._portal.call(opened), timeout)
+
+    def end_offset(self, channel: str) -> int:
+        return self._portal.call(self.aio.end_offset(channel))
+
     def consumer_group(self, channel: str, group: str, **options) -> SyncGroupConsumer:
         """See WALAccessor.consumer_group."""
         consumer = self._portal.call(self.aio.consumer_group(channel, group, **options))
@@ -243,7 +270,7 @@ class SyncWALAccessor:
         self.close()
 
 
-def connect(coord: str | None = None, **options) -> SyncWALAccessor:
+def open_blocking(coord: str | None = None, **options) -> SyncWALAccessor:
     """Blocking `streamwal.client.aio.connect`."""
     portal = _Portal()
     try:

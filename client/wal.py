@@ -1,11 +1,13 @@
-"""The cluster-facing client: `connect(coord=...)` and a small WALAccesser-like object.
+"""The routing tier: `open_wal(coord=...)` and a small WALAccesser-like object, under the
+public accessor (`streamwal.client.connect` / `streamwal.client.aio.connect`, which is
+what applications use; this tier serves the accessor, the CLI, the demo and tests).
 
 Applications name channels, not nodes: a pchannel (`pchannel_3`) or a vchannel on it
 (`pchannel_3_v7`, Milvus's `<pchannel>_<suffix>`). The WAL object keeps one
 AssignmentDiscover stream to the coord and routes every producer and consumer to the
 current owner, following moves and failovers (see `routing`).
 
-    wal = await connect(coord="127.0.0.1:19500")
+    wal = await open_wal(coord="127.0.0.1:19500")
     producer = await wal.producer("pchannel_0_v1")     # vchannel: messages carry it
     await producer.send(b"hello")
     consumer = await wal.consumer("pchannel_0_v1")     # only that vchannel's messages
@@ -123,7 +125,7 @@ class WAL:
         await self.close()
 
 
-async def connect(
+async def open_wal(
     coord: str,
     *,
     timeout: float = 10.0,

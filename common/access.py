@@ -106,6 +106,7 @@ METHODS: Mapping[str, Method] = {
     f"{_BROADCAST}Broadcast": Method(Action.PRODUCE),
     f"{_BROADCAST}Ack": Method(Action.CONSUME),
     f"{_BROADCAST}WaitResourceKey": Method(Action.CONSUME),
+    f"{_BROADCAST}ListBroadcasts": Method(Action.DISCOVER),
 }
 
 

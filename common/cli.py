@@ -235,6 +235,7 @@ def _load(path: str) -> click.Command:
         "channel": "streamwal.coord.cli:channel",
         "operator": "streamwal.operator.cli:operator",
         "group": "streamwal.client.group_cli:group",
+        "broadcast": "streamwal.client.broadcast_cli:broadcast",
     },
     admin={"node": ("streamwal.coord.cli:nodes", frozenset({"list", "drain", "undrain"}))},
     context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "STREAMWAL"},

@@ -80,6 +80,12 @@ def message_properties(
 
 
 def encode_entry(payload: bytes, props_blob: bytes = b"") -> bytes:
-    """One element of MessageBatch.messages (field 1), properties already encoded."""
+    """One element of MessageBatch.messages (field 1), properties already encoded.
+
+    Every producer path encodes here, so a payload of the wrong type is refused here with
+    a clear TypeError (a str used to fail as "can't concat str to bytes")."""
+    if not isinstance(payload, bytes | bytearray | memoryview):
+        hint = ": encode it first, e.g. text.encode()" if isinstance(payload, str) else ""
+        raise TypeError(f"a message payload is bytes, not {type(payload).__name__}{hint}")
     msg = (b"\n" + varint(len(payload)) + payload if payload else b"") + props_blob
     return b"\n" + varint(len(msg)) + msg

@@ -30,6 +30,10 @@ class BroadcastService(bpbg.StreamingCoordBroadcastServiceServicer):
         await self._call(context, self.broadcaster.ack(request.broadcast_id, request.vchannel))
         return bpb.BroadcastAckResponse()
 
+    async def ListBroadcasts(self, request, context):
+        tasks = self.broadcaster.kept(request.include_tombstones)
+        return bpb.ListBroadcastsResponse(tasks=tasks)
+
     async def WaitResourceKey(self, request, context):
         until_all = request.until == bpb.WAIT_UNTIL_ACK_ALL
         await self._call(

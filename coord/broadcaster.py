@@ -240,6 +240,15 @@ class Broadcaster:
             extra={"id": broadcast_id, "vchannel": vchannel, "state": bt.state_name(task)},
         )
 
+    def kept(self, include_tombstones: bool = False) -> list[bpb.BroadcastTask]:
+        """The broadcasts kept, oldest first: those not acked everywhere (holding their
+        resource keys), and the tombstones too when asked."""
+        return [
+            s.task
+            for _, s in sorted(self._tasks.items())
+            if include_tombstones or s.task.state != bt.TOMBSTONE
+        ]
+
     async def wait_resource_key(self, domain: str, key: str, until_all: bool) -> None:
         """Until every broadcast holding (domain, key) now is acked once (or everywhere)."""
         self._check_active()

@@ -341,8 +341,7 @@ class Coordinator:
         `replicas` (0 reads as 1): copies of each log, on distinct nodes; odd, so that a
         majority quorum exists (the PChannel CRD has the same rule). `allow_data_loss`:
         a single copy on a gone node may move without its records (catch_up.hold).
-        `retention`: kept in the record and given to every node the pchannel is assigned
-        to."""
+        `retention`: kept in the record and sent with every Assign of the pchannel."""
         replicas = replicas or 1
         if not (1 <= replicas <= MAX_REPLICAS and replicas % 2 == 1):
             raise InvalidArgument(f"replicas must be odd (1, 3, 5, 7 or 9), got {replicas}")

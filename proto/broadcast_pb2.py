@@ -25,35 +25,39 @@ _sym_db = _symbol_database.Default()
 from . import streaming_pb2 as streaming__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0f\x62roadcast.proto\x12\x13streamwal.broadcast\x1a\x0fstreaming.proto\":\n\x0bResourceKey\x12\x0e\n\x06\x64omain\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x0e\n\x06shared\x18\x03 \x01(\x08\"\xa1\x01\n\x10VChannelProgress\x12\x10\n\x08vchannel\x18\x01 \x01(\t\x12\x10\n\x08pchannel\x18\x02 \x01(\t\x12\x10\n\x08\x61ppended\x18\x03 \x01(\x08\x12\x35\n\nmessage_id\x18\x04 \x01(\x0b\x32!.milvus.proto.streaming.MessageID\x12\x11\n\ttime_tick\x18\x05 \x01(\x04\x12\r\n\x05\x61\x63ked\x18\x06 \x01(\x08\"\xc7\x02\n\rBroadcastTask\x12\x14\n\x0c\x62roadcast_id\x18\x01 \x01(\x03\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x30\n\x07message\x18\x03 \x01(\x0b\x32\x1f.milvus.proto.streaming.Message\x12\x37\n\rresource_keys\x18\x04 \x03(\x0b\x32 .streamwal.broadcast.ResourceKey\x12\x36\n\x05state\x18\x05 \x01(\x0e\x32\'.streamwal.broadcast.BroadcastTaskState\x12\x38\n\tvchannels\x18\x06 \x03(\x0b\x32%.streamwal.broadcast.VChannelProgress\x12\x15\n\rcreated_at_ms\x18\x07 \x01(\x03\x12\x18\n\x10tombstoned_at_ms\x18\x08 \x01(\x03\"\xa4\x01\n\x10\x42roadcastRequest\x12\x30\n\x07message\x18\x01 \x01(\x0b\x32\x1f.milvus.proto.streaming.Message\x12\x11\n\tvchannels\x18\x02 \x03(\t\x12\x37\n\rresource_keys\x18\x03 \x03(\x0b\x32 .streamwal.broadcast.ResourceKey\x12\x12\n\nrequest_id\x18\x04 \x01(\t\"a\n\x11\x42roadcastResponse\x12\x14\n\x0c\x62roadcast_id\x18\x01 \x01(\x03\x12\x36\n\x07results\x18\x02 \x03(\x0b\x32%.streamwal.broadcast.VChannelProgress\"=\n\x13\x42roadcastAckRequest\x12\x14\n\x0c\x62roadcast_id\x18\x01 \x01(\x03\x12\x10\n\x08vchannel\x18\x02 \x01(\t\"\x16\n\x14\x42roadcastAckResponse\"v\n\x16WaitResourceKeyRequest\x12-\n\x03key\x18\x01 \x01(\x0b\x32 .streamwal.broadcast.ResourceKey\x12-\n\x05until\x18\x02 \x01(\x0e\x32\x1e.streamwal.broadcast.WaitUntil\"\x19\n\x17WaitResourceKeyResponse*\x9b\x01\n\x12\x42roadcastTaskState\x12 \n\x1c\x42ROADCAST_TASK_STATE_UNKNOWN\x10\x00\x12 \n\x1c\x42ROADCAST_TASK_STATE_PENDING\x10\x01\x12\x1d\n\x19\x42ROADCAST_TASK_STATE_DONE\x10\x02\x12\"\n\x1e\x42ROADCAST_TASK_STATE_TOMBSTONE\x10\x03*<\n\tWaitUntil\x12\x17\n\x13WAIT_UNTIL_ACK_ONCE\x10\x00\x12\x16\n\x12WAIT_UNTIL_ACK_ALL\x10\x01\x32\xcc\x02\n\x1eStreamingCoordBroadcastService\x12\\\n\tBroadcast\x12%.streamwal.broadcast.BroadcastRequest\x1a&.streamwal.broadcast.BroadcastResponse\"\x00\x12\\\n\x03\x41\x63k\x12(.streamwal.broadcast.BroadcastAckRequest\x1a).streamwal.broadcast.BroadcastAckResponse\"\x00\x12n\n\x0fWaitResourceKey\x12+.streamwal.broadcast.WaitResourceKeyRequest\x1a,.streamwal.broadcast.WaitResourceKeyResponse\"\x00\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0f\x62roadcast.proto\x12\x13streamwal.broadcast\x1a\x0fstreaming.proto\":\n\x0bResourceKey\x12\x0e\n\x06\x64omain\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x0e\n\x06shared\x18\x03 \x01(\x08\"\xa1\x01\n\x10VChannelProgress\x12\x10\n\x08vchannel\x18\x01 \x01(\t\x12\x10\n\x08pchannel\x18\x02 \x01(\t\x12\x10\n\x08\x61ppended\x18\x03 \x01(\x08\x12\x35\n\nmessage_id\x18\x04 \x01(\x0b\x32!.milvus.proto.streaming.MessageID\x12\x11\n\ttime_tick\x18\x05 \x01(\x04\x12\r\n\x05\x61\x63ked\x18\x06 \x01(\x08\"\xc7\x02\n\rBroadcastTask\x12\x14\n\x0c\x62roadcast_id\x18\x01 \x01(\x03\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x30\n\x07message\x18\x03 \x01(\x0b\x32\x1f.milvus.proto.streaming.Message\x12\x37\n\rresource_keys\x18\x04 \x03(\x0b\x32 .streamwal.broadcast.ResourceKey\x12\x36\n\x05state\x18\x05 \x01(\x0e\x32\'.streamwal.broadcast.BroadcastTaskState\x12\x38\n\tvchannels\x18\x06 \x03(\x0b\x32%.streamwal.broadcast.VChannelProgress\x12\x15\n\rcreated_at_ms\x18\x07 \x01(\x03\x12\x18\n\x10tombstoned_at_ms\x18\x08 \x01(\x03\"3\n\x15ListBroadcastsRequest\x12\x1a\n\x12include_tombstones\x18\x01 \x01(\x08\"K\n\x16ListBroadcastsResponse\x12\x31\n\x05tasks\x18\x01 \x03(\x0b\x32\".streamwal.broadcast.BroadcastTask\"\xa4\x01\n\x10\x42roadcastRequest\x12\x30\n\x07message\x18\x01 \x01(\x0b\x32\x1f.milvus.proto.streaming.Message\x12\x11\n\tvchannels\x18\x02 \x03(\t\x12\x37\n\rresource_keys\x18\x03 \x03(\x0b\x32 .streamwal.broadcast.ResourceKey\x12\x12\n\nrequest_id\x18\x04 \x01(\t\"a\n\x11\x42roadcastResponse\x12\x14\n\x0c\x62roadcast_id\x18\x01 \x01(\x03\x12\x36\n\x07results\x18\x02 \x03(\x0b\x32%.streamwal.broadcast.VChannelProgress\"=\n\x13\x42roadcastAckRequest\x12\x14\n\x0c\x62roadcast_id\x18\x01 \x01(\x03\x12\x10\n\x08vchannel\x18\x02 \x01(\t\"\x16\n\x14\x42roadcastAckResponse\"v\n\x16WaitResourceKeyRequest\x12-\n\x03key\x18\x01 \x01(\x0b\x32 .streamwal.broadcast.ResourceKey\x12-\n\x05until\x18\x02 \x01(\x0e\x32\x1e.streamwal.broadcast.WaitUntil\"\x19\n\x17WaitResourceKeyResponse*\x9b\x01\n\x12\x42roadcastTaskState\x12 \n\x1c\x42ROADCAST_TASK_STATE_UNKNOWN\x10\x00\x12 \n\x1c\x42ROADCAST_TASK_STATE_PENDING\x10\x01\x12\x1d\n\x19\x42ROADCAST_TASK_STATE_DONE\x10\x02\x12\"\n\x1e\x42ROADCAST_TASK_STATE_TOMBSTONE\x10\x03*<\n\tWaitUntil\x12\x17\n\x13WAIT_UNTIL_ACK_ONCE\x10\x00\x12\x16\n\x12WAIT_UNTIL_ACK_ALL\x10\x01\x32\xb9\x03\n\x1eStreamingCoordBroadcastService\x12\\\n\tBroadcast\x12%.streamwal.broadcast.BroadcastRequest\x1a&.streamwal.broadcast.BroadcastResponse\"\x00\x12\\\n\x03\x41\x63k\x12(.streamwal.broadcast.BroadcastAckRequest\x1a).streamwal.broadcast.BroadcastAckResponse\"\x00\x12n\n\x0fWaitResourceKey\x12+.streamwal.broadcast.WaitResourceKeyRequest\x1a,.streamwal.broadcast.WaitResourceKeyResponse\"\x00\x12k\n\x0eListBroadcasts\x12*.streamwal.broadcast.ListBroadcastsRequest\x1a+.streamwal.broadcast.ListBroadcastsResponse\"\x00\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'broadcast_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_BROADCASTTASKSTATE']._serialized_start=1112
-  _globals['_BROADCASTTASKSTATE']._serialized_end=1267
-  _globals['_WAITUNTIL']._serialized_start=1269
-  _globals['_WAITUNTIL']._serialized_end=1329
+  _globals['_BROADCASTTASKSTATE']._serialized_start=1242
+  _globals['_BROADCASTTASKSTATE']._serialized_end=1397
+  _globals['_WAITUNTIL']._serialized_start=1399
+  _globals['_WAITUNTIL']._serialized_end=1459
   _globals['_RESOURCEKEY']._serialized_start=57
   _globals['_RESOURCEKEY']._serialized_end=115
   _globals['_VCHANNELPROGRESS']._serialized_start=118
   _globals['_VCHANNELPROGRESS']._serialized_end=279
   _globals['_BROADCASTTASK']._serialized_start=282
   _globals['_BROADCASTTASK']._serialized_end=609
-  _globals['_BROADCASTREQUEST']._serialized_start=612
-  _globals['_BROADCASTREQUEST']._serialized_end=776
-  _globals['_BROADCASTRESPONSE']._serialized_start=778
-  _globals['_BROADCASTRESPONSE']._serialized_end=875
-  _globals['_BROADCASTACKREQUEST']._serialized_start=877
-  _globals['_BROADCASTACKREQUEST']._serialized_end=938
-  _globals['_BROADCASTACKRESPONSE']._serialized_start=940
-  _globals['_BROADCASTACKRESPONSE']._serialized_end=962
-  _globals['_WAITRESOURCEKEYREQUEST']._serialized_start=964
-  _globals['_WAITRESOURCEKEYREQUEST']._serialized_end=1082
-  _globals['_WAITRESOURCEKEYRESPONSE']._serialized_start=1084
-  _globals['_WAITRESOURCEKEYRESPONSE']._serialized_end=1109
-  _globals['_STREAMINGCOORDBROADCASTSERVICE']._serialized_start=1332
-  _globals['_STREAMINGCOORDBROADCASTSERVICE']._serialized_end=1664
+  _globals['_LISTBROADCASTSREQUEST']._serialized_start=611
+  _globals['_LISTBROADCASTSREQUEST']._serialized_end=662
+  _globals['_LISTBROADCASTSRESPONSE']._serialized_start=664
+  _globals['_LISTBROADCASTSRESPONSE']._serialized_end=739
+  _globals['_BROADCASTREQUEST']._serialized_start=742
+  _globals['_BROADCASTREQUEST']._serialized_end=906
+  _globals['_BROADCASTRESPONSE']._serialized_start=908
+  _globals['_BROADCASTRESPONSE']._serialized_end=1005
+  _globals['_BROADCASTACKREQUEST']._serialized_start=1007
+  _globals['_BROADCASTACKREQUEST']._serialized_end=1068
+  _globals['_BROADCASTACKRESPONSE']._serialized_start=1070
+  _globals['_BROADCASTACKRESPONSE']._serialized_end=1092
+  _globals['_WAITRESOURCEKEYREQUEST']._serialized_start=1094
+  _globals['_WAITRESOURCEKEYREQUEST']._serialized_end=1212
+  _globals['_WAITRESOURCEKEYRESPONSE']._serialized_start=1214
+  _globals['_WAITRESOURCEKEYRESPONSE']._serialized_end=1239
+  _globals['_STREAMINGCOORDBROADCASTSERVICE']._serialized_start=1462
+  _globals['_STREAMINGCOORDBROADCASTSERVICE']._serialized_end=1903
 # @@protoc_insertion_point(module_scope)

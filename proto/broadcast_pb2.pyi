@@ -72,6 +72,18 @@ class BroadcastTask(_message.Message):
     tombstoned_at_ms: int
     def __init__(self, broadcast_id: _Optional[int] = ..., request_id: _Optional[str] = ..., message: _Optional[_Union[_streaming_pb2.Message, _Mapping]] = ..., resource_keys: _Optional[_Iterable[_Union[ResourceKey, _Mapping]]] = ..., state: _Optional[_Union[BroadcastTaskState, str]] = ..., vchannels: _Optional[_Iterable[_Union[VChannelProgress, _Mapping]]] = ..., created_at_ms: _Optional[int] = ..., tombstoned_at_ms: _Optional[int] = ...) -> None: ...
 
+class ListBroadcastsRequest(_message.Message):
+    __slots__ = ("include_tombstones",)
+    INCLUDE_TOMBSTONES_FIELD_NUMBER: _ClassVar[int]
+    include_tombstones: bool
+    def __init__(self, include_tombstones: _Optional[bool] = ...) -> None: ...
+
+class ListBroadcastsResponse(_message.Message):
+    __slots__ = ("tasks",)
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    tasks: _containers.RepeatedCompositeFieldContainer[BroadcastTask]
+    def __init__(self, tasks: _Optional[_Iterable[_Union[BroadcastTask, _Mapping]]] = ...) -> None: ...
+
 class BroadcastRequest(_message.Message):
     __slots__ = ("message", "vchannels", "resource_keys", "request_id")
     MESSAGE_FIELD_NUMBER: _ClassVar[int]

@@ -49,6 +49,11 @@ class StreamingCoordBroadcastServiceStub:
                 request_serializer=broadcast__pb2.WaitResourceKeyRequest.SerializeToString,
                 response_deserializer=broadcast__pb2.WaitResourceKeyResponse.FromString,
                 _registered_method=True)
+        self.ListBroadcasts = channel.unary_unary(
+                '/streamwal.broadcast.StreamingCoordBroadcastService/ListBroadcasts',
+                request_serializer=broadcast__pb2.ListBroadcastsRequest.SerializeToString,
+                response_deserializer=broadcast__pb2.ListBroadcastsResponse.FromString,
+                _registered_method=True)
 
 
 class StreamingCoordBroadcastServiceServicer:
@@ -76,6 +81,15 @@ class StreamingCoordBroadcastServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListBroadcasts(self, request, context):
+        """streamwal (issue 18): the broadcasts the coord keeps, oldest first: those still
+        holding their resource keys (not acked on every vchannel), and with
+        `include_tombstones` also the finished ones kept for idempotent retries.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_StreamingCoordBroadcastServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -93,6 +107,11 @@ def add_StreamingCoordBroadcastServiceServicer_to_server(servicer, server):
                     servicer.WaitResourceKey,
                     request_deserializer=broadcast__pb2.WaitResourceKeyRequest.FromString,
                     response_serializer=broadcast__pb2.WaitResourceKeyResponse.SerializeToString,
+            ),
+            'ListBroadcasts': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListBroadcasts,
+                    request_deserializer=broadcast__pb2.ListBroadcastsRequest.FromString,
+                    response_serializer=broadcast__pb2.ListBroadcastsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -176,6 +195,33 @@ class StreamingCoordBroadcastService:
             '/streamwal.broadcast.StreamingCoordBroadcastService/WaitResourceKey',
             broadcast__pb2.WaitResourceKeyRequest.SerializeToString,
             broadcast__pb2.WaitResourceKeyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListBroadcasts(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/streamwal.broadcast.StreamingCoordBroadcastService/ListBroadcasts',
+            broadcast__pb2.ListBroadcastsRequest.SerializeToString,
+            broadcast__pb2.ListBroadcastsResponse.FromString,
             options,
             channel_credentials,
             insecure,

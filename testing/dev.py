@@ -4,7 +4,7 @@ node crash while a routed workload runs, then checked message by message.
 The story it tells, step by step:
 
 1. start N nodes and a coord, create P pchannels, connect the routed client
-   (`streamwal.client.wal.connect`) and start one idempotent producer per pchannel;
+   (`streamwal.client.wal.open_wal`) and start one idempotent producer per pchannel;
 2. at a fraction of the workload, SIGKILL the node owning the most pchannels; restart it
    after `--restart-after` seconds on the same data and address (as a StatefulSet would);
 3. the coord keeps the dead node's pchannels where they are for the grace period: when
@@ -41,7 +41,7 @@ from click.core import ParameterSource
 
 from streamwal.cli import Address
 from streamwal.client.routing import Reroute, RoutedProducer
-from streamwal.client.wal import WAL, connect
+from streamwal.client.wal import WAL, open_wal
 from streamwal.errors import StreamingError
 from streamwal.testing.history import Acked, Verdict, check, payload, read_log
 from streamwal.testing.local_cluster import LocalCluster
@@ -202,7 +202,7 @@ async def run_dev(config: DevConfig, root: Path, echo: Callable[[str], None]) ->
         names = await cluster.create_channels(
             config.pchannels, replicas=config.replicas, allow_data_loss=config.allow_data_loss
         )
-        wal = await connect(cluster.coord_address, failover_timeout=config.timeout / 2)
+        wal = await open_wal(cluster.coord_address, failover_timeout=config.timeout / 2)
         for name in names:
             await wal.resolve(name, timeout=15)
         runs = {n: ProducerRun(n, n, await wal.producer(n, producer_id=f"dev-{n}")) for n in names}
@@ -507,6 +507,7 @@ DEMO_ONLY = (
     "kill_at",
     "restart_after",
     "no_restart",
+    "allow_data_loss",
     "timeout",
 )
 

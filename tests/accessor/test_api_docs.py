@@ -28,6 +28,18 @@ def test_the_page_has_an_example_per_feature() -> None:
 @pytest.mark.asyncio(loop_scope="module")
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
 async def test_example_runs(cluster, index: int) -> None:
+    await _run(cluster, index)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_the_broadcast_example_runs_twice_in_a_row(cluster) -> None:
+    """Its resource key is released at the end: a second run is not refused."""
+    (index,) = [i for i, b in enumerate(BLOCKS) if "ResourceKey(" in b]
+    await _run(cluster, index)
+    await _run(cluster, index)
+
+
+async def _run(cluster, index: int) -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-c", BLOCKS[index],
         env={**os.environ, "STREAMWAL_COORD": cluster.coord_address},

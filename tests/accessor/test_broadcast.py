@@ -14,7 +14,7 @@ import urllib.request
 import pytest
 
 from streamwal.client.broadcast import BroadcastClient, SyncBroadcastClient
-from streamwal.client.wal import connect
+from streamwal.client.wal import open_wal
 from streamwal.coord import state_machine as sm
 from streamwal.errors import (
     BroadcastNotFound,
@@ -64,7 +64,7 @@ async def spread(tmp_path):
 async def broadcast_copies(coord: str, pchannels: list[str]) -> dict[str, list[tuple]]:
     """{pchannel: [(vchannel, broadcast id, offset)]} of every broadcast copy in the log."""
     out: dict[str, list[tuple]] = {}
-    async with await connect(coord, failover_timeout=30) as wal:
+    async with await open_wal(coord, failover_timeout=30) as wal:
         for pchannel in pchannels:
             end = await wal.end_offset(pchannel)
             out[pchannel] = []

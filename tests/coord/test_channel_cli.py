@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
+import urllib.request
 
 import pytest
 
@@ -21,9 +23,13 @@ def _rows(table: str) -> dict[str, dict[str, str]]:
     return {line.split()[0]: dict(zip(header, line.split(), strict=True)) for line in lines[1:]}
 
 
-async def test_named_channels_listed_described_and_nodes_drained(cluster):
+async def test_named_channels_listed_described_and_nodes_drained(cluster, monkeypatch):
+    metrics = {}
     for i in (1, 2):
+        metrics[i] = f"127.0.0.1:{cluster.free_port()}"
+        monkeypatch.setenv("STREAMWAL_NODE_METRICS", metrics[i])
         await cluster.start_node(i)
+    monkeypatch.delenv("STREAMWAL_NODE_METRICS")
     await cluster.start_coord([1, 2], "--rebalance-interval", "0.5")
     coord = ("--coord", cluster.coord_address)
 
@@ -72,6 +78,9 @@ async def test_named_channels_listed_described_and_nodes_drained(cluster):
     row = _rows(described_text)["orders"]
     assert row["REPLICAS"] == f"1:{owner}*@{int(row['LAST']) + 1}", described_text
     assert (row["FIRST"], row["RETENTION"]) == ("0", "7d") and int(row["LAST"]) >= 2
+    # ... and the owner applies it (the Assign carried it).
+    age = await asyncio.to_thread(_retention_age, metrics[owner], "orders")
+    assert age == 7 * 86_400
 
     # STREAMWAL_COORD is every command's coord when no flag says otherwise.
     env_out = await asyncio.to_thread(
@@ -89,6 +98,16 @@ async def test_named_channels_listed_described_and_nodes_drained(cluster):
     assert nodes[str(owner)]["DRAINED"] == "yes" and nodes[str(other)]["CHANNELS"] == "3"
     await cluster.cli("node", "undrain", *coord, str(owner))
     assert _rows(await cluster.cli("node", "list", *coord))[str(owner)]["DRAINED"] == "no"
+
+
+def _retention_age(address: str, pchannel: str) -> float | None:
+    text = urllib.request.urlopen(f"http://{address}/metrics", timeout=5).read().decode()
+    m = re.search(
+        rf'^streamwal_pchannel_retention_age_seconds{{pchannel="{pchannel}"}} (\S+)$',
+        text,
+        re.MULTILINE,
+    )
+    return float(m.group(1)) if m else None
 
 
 def _run_env(args: tuple[str, ...], env: dict[str, str]) -> str:

@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from streamwal.client.wal import connect
+from streamwal.client.wal import open_wal
 from streamwal.coord import state_machine as sm
 from streamwal.testing.local_cluster import LocalCluster
 from tests.node.test_corruption import flip_middle, newest
@@ -38,7 +38,7 @@ async def test_a_lost_single_copy_waits_for_accept_loss_and_never_reuses_an_offs
     try:
         await cluster.start()
         (name,) = await cluster.create_channels(1, prefix="single")
-        wal = await connect(cluster.coord_address, failover_timeout=30)
+        wal = await open_wal(cluster.coord_address, failover_timeout=30)
         producer = await wal.producer(name)
         acked = [(await producer.send(os.urandom(1000))).offset for _ in range(3000)]
         await producer.close()

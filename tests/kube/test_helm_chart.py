@@ -410,6 +410,11 @@ def test_grafana_dashboard_is_valid_json(kube_bin: Path) -> None:
         "streamwal_consumer_lag_messages",
         "streamwal_log_size_bytes",
         "streamwal_coord_failovers_total",
+        "streamwal_delivered_messages_total",
+        "streamwal_group_lag_messages",
+        "streamwal_replica_lag",
+        "streamwal_fsync_latency_seconds_bucket",
+        "streamwal_coord_unclean_failovers_total",
     ):
         assert metric in exprs
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from streamwal.client.wal import WAL, connect
+from streamwal.client.wal import WAL, open_wal
 from streamwal.testing.history import Verdict, acked_twice
 from tests.nemesis.cluster import LeaderWatch, NemesisCluster
 from tests.nemesis.history import Producers, Reader, read_from_start
@@ -68,7 +68,7 @@ class LoadedCluster:
     async def start(self, replicas: int = 3, failover_timeout: float = 30.0) -> LoadedCluster:
         await self.cluster.start()
         (self.name,) = await self.cluster.create_channels(1, prefix="nem", replicas=replicas)
-        self.wal = await connect(self.cluster.coord_address, failover_timeout=failover_timeout)
+        self.wal = await open_wal(self.cluster.coord_address, failover_timeout=failover_timeout)
         await self.wal.resolve(self.name, timeout=30)
         await self.cluster.wait_healthy([self.name])
         self.watch = LeaderWatch(self.cluster, [self.name]).start()

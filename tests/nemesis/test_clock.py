@@ -24,7 +24,7 @@ import time
 import pytest
 
 from streamwal.client.policy import DeliverPolicy
-from streamwal.client.wal import connect
+from streamwal.client.wal import open_wal
 from streamwal.errors import StreamingError
 from streamwal.node.clock import physical_ms
 from tests.nemesis import faults
@@ -82,7 +82,7 @@ async def test_node_clock_an_hour_ahead(nemesis) -> None:
     )
     await cluster.start()
     names = await cluster.create_channels(CHANNELS, prefix="clk", replicas=1)
-    wal = await connect(cluster.coord_address, failover_timeout=20)
+    wal = await open_wal(cluster.coord_address, failover_timeout=20)
     watch = LeaderWatch(cluster, names).start()
     work: list[Producers] = []
     try:

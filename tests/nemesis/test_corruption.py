@@ -25,7 +25,7 @@ import time
 
 import pytest
 
-from streamwal.client.wal import WAL, connect
+from streamwal.client.wal import WAL, open_wal
 from streamwal.errors import DataLoss, StreamingError
 from streamwal.testing.history import Acked, acked_twice, payload
 from streamwal.testing.replica_logs import read_replicas
@@ -108,7 +108,7 @@ async def test_one_copy_corrupted(nemesis, target: str) -> None:
     cluster = nemesis.cluster(1, grace=GRACE, probe_interval=PROBE)
     await cluster.start()
     (name,) = await cluster.create_channels(1, prefix="one", replicas=1)
-    wal = await connect(cluster.coord_address, failover_timeout=10)
+    wal = await open_wal(cluster.coord_address, failover_timeout=10)
     try:
         await wal.resolve(name, timeout=30)
         work = Producers(wal, name).start()

@@ -23,7 +23,7 @@ import time
 
 import pytest
 
-from streamwal.client.wal import WAL, connect
+from streamwal.client.wal import WAL, open_wal
 from streamwal.testing.history import acked_twice
 from tests.nemesis.history import Producers, lost, read_from_start
 
@@ -48,7 +48,7 @@ async def test_power_loss_on_every_node_at_once(nemesis, durability: str, nodes:
         names += await cluster.create_channels(1, prefix="plr3", replicas=3)
     wal: WAL | None = None
     try:
-        wal = await connect(cluster.coord_address, failover_timeout=5)
+        wal = await open_wal(cluster.coord_address, failover_timeout=5)
         for name in names:
             await wal.resolve(name, timeout=30)
         await cluster.wait_healthy(names)

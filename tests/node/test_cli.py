@@ -124,3 +124,21 @@ def test_sync_client(node: LocalNode) -> None:
         assert got[0].vchannel == "sync_v1"
     finally:
         client.close()
+
+
+def test_the_readme_node_client_program_runs_twice(node: LocalNode) -> None:
+    """README's "A node by hand" Python program, as a file, against a node (its address
+    swapped in): complete (no top-level await) and repeatable."""
+    import re
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    (program,) = [
+        b for b in re.findall(r"```python\n(.*?)```", readme, re.DOTALL) if "NodeClient(" in b
+    ]
+    program = program.replace("127.0.0.1:19530", node.address)
+    for _ in range(2):
+        done = subprocess.run(
+            [sys.executable, "-c", program], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip().endswith("b'hello'")

@@ -140,3 +140,11 @@ def test_produce_batch_frame_with_sequence_and_barrier_equals_protoc(
         )
     )
     assert frame == expected.SerializeToString(deterministic=True)
+
+
+def test_a_payload_of_the_wrong_type_is_a_clear_error() -> None:
+    with pytest.raises(TypeError, match=r"bytes, not str: encode it first, e\.g\. text\.encode"):
+        encoding.encode_entry("text")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="bytes, not int"):
+        encoding.encode_entry(7)  # type: ignore[arg-type]
+    assert encoding.encode_entry(bytearray(b"ok")) == encoding.encode_entry(b"ok")

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from streamwal.client.wal import connect
+from streamwal.client.wal import open_wal
 from streamwal.operator.status import ready_reason
 from streamwal.testing.history import Acked, check, payload, read_log
 from tests.operator.conftest import Cluster, pchannel_yaml, wait_for
@@ -160,7 +160,7 @@ async def test_replicas_1_3_1_under_a_producer_lose_and_duplicate_nothing(
 
     acked: dict[int, int] = {}
     stop = asyncio.Event()
-    async with await connect(coord=f"127.0.0.1:{op.coord_port}", failover_timeout=60) as wal:
+    async with await open_wal(coord=f"127.0.0.1:{op.coord_port}", failover_timeout=60) as wal:
         producer = await wal.producer("ch-rs")
 
         async def produce() -> None:

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from streamwal.client.wal import connect
+from streamwal.client.wal import open_wal
 from streamwal.testing.history import Acked, check, payload, read_log
 from tests.operator.conftest import RELEASE, Cluster, collect_status, pchannel_yaml, wait_for
 
@@ -57,7 +57,7 @@ async def test_deleting_node_pods_one_by_one_under_load_loses_and_fails_over_not
 
     acked: dict[str, dict[int, int]] = {name: {} for name in NAMES}
     stop = asyncio.Event()
-    async with await connect(coord=f"127.0.0.1:{op.coord_port}", failover_timeout=60) as wal:
+    async with await open_wal(coord=f"127.0.0.1:{op.coord_port}", failover_timeout=60) as wal:
         producers = {name: await wal.producer(name) for name in NAMES}
 
         async def produce(name: str) -> None:

@@ -20,7 +20,7 @@ from rocksdict import Options, Rdict
 
 from streamwal.client.policy import DeliverPolicy
 from streamwal.client.routing import RoutedConsumer
-from streamwal.client.wal import connect
+from streamwal.client.wal import open_wal
 from streamwal.coord import state_machine as sm
 from streamwal.errors import StreamingError
 from streamwal.testing.local_cluster import LocalCluster
@@ -46,7 +46,7 @@ async def test_a_corrupted_follower_never_leads_and_is_rebuilt(tmp_path, damaged
     try:
         await cluster.start()
         (name,) = await cluster.create_channels(1, prefix="corrupt", replicas=3)
-        wal = await connect(cluster.coord_address, failover_timeout=30)
+        wal = await open_wal(cluster.coord_address, failover_timeout=30)
         await wal.resolve(name, timeout=30)
         producer = await wal.producer(name)
         acked = {}

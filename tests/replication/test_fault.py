@@ -25,7 +25,7 @@ import pytest
 from streamwal.client.node_client import NodeClient
 from streamwal.client.policy import DeliverPolicy
 from streamwal.client.routing import RoutedConsumer, RoutedProducer
-from streamwal.client.wal import WAL, connect
+from streamwal.client.wal import WAL, open_wal
 from streamwal.errors import StreamingError
 from streamwal.testing.history import Acked, check, payload
 from streamwal.testing.local_cluster import LocalCluster
@@ -217,7 +217,7 @@ async def test_quorum_acknowledged_messages_survive_kills_and_a_paused_leader(tm
     try:
         await cluster.start()
         (name,) = await cluster.create_channels(1, prefix="repl", replicas=3)
-        wal = await connect(cluster.coord_address, failover_timeout=45)
+        wal = await open_wal(cluster.coord_address, failover_timeout=45)
         await wal.resolve(name, timeout=30)
         await wait_healthy(cluster, name)
         work = Workload(wal, name)

@@ -23,7 +23,7 @@ import time
 
 import pytest
 
-from streamwal.client.wal import connect
+from streamwal.client.wal import open_wal
 from streamwal.errors import Unavailable
 from streamwal.testing.history import check
 from streamwal.testing.replica_logs import read_replicas
@@ -41,7 +41,7 @@ BOUND = 3.0
 async def test_a_paused_leader_holds_no_producer_past_the_failover(make_cluster) -> None:
     cluster = await make_cluster(nodes=3, grace=GRACE)
     (name,) = await cluster.create_channels(1, prefix="paused", replicas=3)
-    async with await connect(cluster.coord_address, failover_timeout=30) as wal:
+    async with await open_wal(cluster.coord_address, failover_timeout=30) as wal:
         await wal.resolve(name, timeout=30)
         await wait_for(lambda: cluster.replicas_healthy(name), 30, 0.1, "3 healthy replicas")
         work = Workload(wal, name)
@@ -93,7 +93,7 @@ async def test_closing_answers_every_send_even_while_the_owner_is_paused(make_cl
     it too: every send still waiting on the paused owner fails with a clear error."""
     cluster = await make_cluster(nodes=1, grace=30)
     (name,) = await cluster.create_channels(1)
-    async with await connect(cluster.coord_address) as wal:
+    async with await open_wal(cluster.coord_address) as wal:
         closed, orphaned = await wal.producer(name), await wal.producer(name)
         await closed.send(b"before")
         await orphaned.send(b"before")

@@ -7,14 +7,14 @@ from __future__ import annotations
 import asyncio
 import time
 
-from streamwal.client.wal import connect
+from streamwal.client.wal import open_wal
 from streamwal.testing.dev import ProducerRun, produce_range, verify
 from tests.support import wait_for
 
 
 async def test_discovery_driven_routing_picks_up_new_pchannels(make_cluster) -> None:
     cluster = await make_cluster(nodes=2)
-    async with await connect(cluster.coord_address) as wal:
+    async with await open_wal(cluster.coord_address) as wal:
         assert wal.assignments() == {}
         first_version = wal.watcher.version
         names = await cluster.create_channels(3)
@@ -43,7 +43,7 @@ async def test_discovery_driven_routing_picks_up_new_pchannels(make_cluster) -> 
 async def test_producing_across_a_drain_keeps_every_ack_once_and_in_order(make_cluster) -> None:
     cluster = await make_cluster(nodes=3)
     names = await cluster.create_channels(2)
-    async with await connect(cluster.coord_address) as wal:
+    async with await open_wal(cluster.coord_address) as wal:
         for name in names:
             await wal.resolve(name)
         # Two producers on each pchannel, interleaving.
@@ -91,7 +91,7 @@ async def test_routed_consumer_resumes_after_a_move_without_gaps_or_duplicates(
 ) -> None:
     cluster = await make_cluster(nodes=2)
     (name,) = await cluster.create_channels(1)
-    async with await connect(cluster.coord_address) as wal:
+    async with await open_wal(cluster.coord_address) as wal:
         producer = await wal.producer(name, producer_id="writer")
         first = [await producer.send(b"m%d" % i) for i in range(300)]
         consumer = await wal.consumer(name)
@@ -123,14 +123,14 @@ async def test_routed_consumer_resumes_after_a_move_without_gaps_or_duplicates(
 
 
 async def test_sync_twin_produces_and_reads_through_the_coord(make_cluster) -> None:
-    from streamwal.client.sync_wal import connect_sync
+    from streamwal.client import connect
 
     cluster = await make_cluster(nodes=2)
     (name,) = await cluster.create_channels(1)
 
     def script() -> list[bytes]:
-        with connect_sync(cluster.coord_address) as wal:
-            producer = wal.producer(f"{name}_v1")
+        with connect(cluster.coord_address) as wal:
+            producer = wal.new_producer(f"{name}_v1")
             producer.send_many([b"a", b"b"])
             producer.send(b"c")
             producer.close()

@@ -118,6 +118,14 @@ def test_readme_getting_started(tmp_path: Path) -> None:
             pairs = [(m["key"], base64.b64decode(m["payload"]).decode()) for m in got]
             assert pairs == expected  # every message, in order
         assert consumed[0] == consumed[1]  # the same offsets and ticks after the failover
+        # The README's client program, pasted into a file, runs as is (twice in a row).
+        for _ in range(2):
+            done = subprocess.run(
+                [sys.executable, "-c", _readme_client_program()], env=env, cwd=tmp_path,
+                capture_output=True, text=True, timeout=BOUND_S,
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr
+            assert "b'2 pens'" in done.stdout and "b'hello'" in done.stdout
     finally:
         if dev.poll() is None:
             dev.send_signal(signal.SIGTERM)
@@ -131,6 +139,14 @@ def test_readme_getting_started(tmp_path: Path) -> None:
     out = dev_lines.rest()
     assert "streamwal dev: stopped" in out and "Traceback" not in err
     assert re.search(r"node \d stopped \(signal 9\)", out), out  # the owner was killed
+
+
+def _readme_client_program() -> str:
+    """The README's Python program on the client face (`from streamwal.client import`)."""
+    text = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.DOTALL)
+    (program,) = [b for b in blocks if "from streamwal.client import connect" in b]
+    return program
 
 
 def _lines_sent(command: str, env: dict[str, str]) -> list[tuple[str, str]]:
