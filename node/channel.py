@@ -17,6 +17,7 @@ import operator
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from streamwal.node import records
 from streamwal.node.channel_meta import ChannelMeta, Tail
 from streamwal.node.core import PChannelCore
 
@@ -80,7 +81,7 @@ class Channel:
 
     def cache(self, base: int, value: bytes) -> None:
         """A durable record, kept for tailing consumers."""
-        self._tail.append(base, value)
+        self._tail.append(base, base + records.peek(value)[2], value)
 
     def notify(self) -> None:
         """Wake every consumer waiting for data or for a fence change."""
@@ -121,8 +122,15 @@ class _TailCache:
         self._values: list[bytes] = []
         self._start = 0
         self._bytes = 0
+        self._end = 0  # the offset after the newest cached record
 
-    def append(self, base: int, value: bytes) -> None:
+    def append(self, base: int, end: int, value: bytes) -> None:
+        """`value` holds offsets base..end-1. A record that does not start where the cache
+        ends (a hole: a record cached out of turn) starts the cache anew: reads bisect on
+        base offsets and would step over the missing records."""
+        if self._start < len(self._bases) and base != self._end:
+            self._bases, self._values, self._start, self._bytes = [], [], 0, 0
+        self._end = end
         self._bases.append(base)
         self._values.append(value)
         self._bytes += len(value)
@@ -148,9 +156,11 @@ class _TailCache:
         return out
 
     def drop_after(self, offset: int) -> None:
+        """Forget the records from `offset` (a record boundary: the log was cut there)."""
         while len(self._bases) > self._start and self._bases[-1] >= offset:
             self._bases.pop()
             self._bytes -= len(self._values.pop())
+            self._end = offset
 
     def drop_before(self, offset: int) -> None:
         while self._start < len(self._bases) and self._bases[self._start] < offset:

@@ -505,9 +505,12 @@ class Wal:
 
         write.add_done_callback(done)
         self.replication.wrote(ch, write)
-        await asyncio.shield(write)
+        # Cached now, not after the write: the core already shows these offsets, and a
+        # follower cancelled while the write is on the disk (its leader gone) must not
+        # leave a hole in the tail cache that later records would be read across.
         for base, value in step.records:
             ch.cache(base, value)
+        await asyncio.shield(write)
 
     async def _catch_up(self, ch: Channel, source: str) -> StreamingError | None:
         """Copy the records this node lacks from `source`, cutting a divergent suffix
