@@ -104,11 +104,6 @@ class ChannelRecords:
         if self.hub.change(name, None if record.destroyed else record.meta):
             self.metrics.assignment_changes.inc()
 
-    async def persist_meta(self, name: str, meta: pb.PChannelMeta) -> None:
-        record = self.copy(name)
-        record.meta.CopyFrom(meta)
-        await self.persist(name, record)
-
     async def refresh(self) -> bool:
         """Re-read the store: pick up pchannels created, changed or deleted by others.
 

@@ -298,7 +298,8 @@ class Coordinator:
                 retention=record.retention,
                 waiting=""
                 if record.meta.state == sm.ASSIGNED
-                else self.memory.waiting.get(n, "an assignment is under way"),
+                else self.memory.waiting.get(n)
+                or self.memory.unschedulable.get(n, "an assignment is under way"),
             )
             pl.describe_replication(record, self.memory.reports, description)
             out.append(description)

@@ -17,7 +17,6 @@ import operator
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from streamwal.node import records
 from streamwal.node.channel_meta import ChannelMeta, Tail
 from streamwal.node.core import PChannelCore
 
@@ -79,9 +78,9 @@ class Channel:
         self.ceiling = 0
         self.verify_urgent = False  # someone waits for the verification: no pauses
 
-    def cache(self, base: int, value: bytes) -> None:
-        """A durable record, kept for tailing consumers."""
-        self._tail.append(base, base + records.peek(value)[2], value)
+    def cache(self, base: int, count: int, value: bytes) -> None:
+        """A durable record of `count` messages, kept for tailing consumers."""
+        self._tail.append(base, base + count, value)
 
     def notify(self) -> None:
         """Wake every consumer waiting for data or for a fence change."""

@@ -253,7 +253,7 @@ class Wal:
         self.store.put_size(wb, ch.name, ch.size_bytes + len(value))
         self.store.write_synced(wb)
         ch.core.written(end, count, len(value), term, None, ledger=False)
-        ch.cache(end, value)
+        ch.cache(end, count, value)
         log.warning(
             "offsets skipped after an unclean stop under async durability",
             extra={"pchannel": ch.name, "from": end, "to": ch.ceiling - 1},
@@ -509,7 +509,7 @@ class Wal:
         # follower cancelled while the write is on the disk (its leader gone) must not
         # leave a hole in the tail cache that later records would be read across.
         for base, value in step.records:
-            ch.cache(base, value)
+            ch.cache(base, records.peek(value)[2], value)
         await asyncio.shield(write)
 
     async def _catch_up(self, ch: Channel, source: str) -> StreamingError | None:
@@ -782,7 +782,7 @@ class Wal:
                 )
                 if not durable:
                     self._reserve(ch, end)
-                ch.cache(item.base, item.value)
+                ch.cache(item.base, item.count, item.value)
                 m.count_append(ch.name, item.count, item.value)
                 m.append_latency.observe(now - item.accepted_at)
                 if item.producer is not None:
