@@ -69,13 +69,19 @@ class ConsumedBatch(Sequence[ConsumedMessage]):
     Slicing gives a list. The ConsumedMessage objects are made once, on first use.
     """
 
-    __slots__ = ("_frame", "_items", "_messages", "term")
+    __slots__ = ("_frame", "_items", "_parsed", "term")
 
     def __init__(self, frame: pb.ConsumeBatchResponse) -> None:
         self._frame = frame
-        self._messages = pb.MessageBatch.FromString(frame.messages).messages
+        self._parsed: Sequence[pb.Message] | None = None
         self._items: list[ConsumedMessage] | None = None
         self.term = frame.term
+
+    @property
+    def _messages(self) -> Sequence[pb.Message]:
+        if self._parsed is None:
+            self._parsed = pb.MessageBatch.FromString(self._frame.messages).messages
+        return self._parsed
 
     def __len__(self) -> int:
         return len(self._messages)
@@ -101,6 +107,12 @@ class ConsumedBatch(Sequence[ConsumedMessage]):
         """The frame's protobuf Messages as parsed (no node-set `_tt`/`_wt` in their
         properties): for readers that build their own columns."""
         return self._messages
+
+    @property
+    def frame(self) -> pb.ConsumeBatchResponse:
+        """The frame as received: for readers that build the offset and tick columns
+        from its numbers (the Spark source)."""
+        return self._frame
 
     @property
     def serialized_messages(self) -> bytes:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -23,6 +24,8 @@ from streamwal.client.consumed import ConsumedBatch, ConsumedMessage
 from streamwal.client.policy import DeliverPolicy
 from streamwal.client.sync import SyncNodeClient
 from streamwal.errors import StreamingError, Unavailable
+from streamwal.ids import decode_offset
+from streamwal.proto import streaming_pb2 as pb
 from streamwal.spark import discovery, frame_columns
 from streamwal.spark.offsets import DataLoss, Range, effective_start
 from streamwal.spark.options import SourceOptions
@@ -59,28 +62,36 @@ class RangePartition:
     term: int
 
 
-def _frame_batch(pchannel: str, batch: Sequence[ConsumedMessage]) -> pa.RecordBatch:
-    """One frame's rows. A ConsumedBatch is read column-wise from its serialized messages
-    (frame_columns.decode) and gives offsets and ticks as columns; a frame in another
-    layout, or a single-message frame, goes through the protobuf objects."""
-    if isinstance(batch, ConsumedBatch):
-        columns = frame_columns.decode(batch.serialized_messages)
-        if columns is None:
-            columns = frame_columns.from_messages(batch.raw_messages)
-        offsets, ticks = batch.offsets, batch.time_ticks
-        terms = pa.repeat(pa.scalar(batch.term, pa.int64()), len(batch))
-    else:
-        columns = frame_columns.from_messages([m._msg for m in batch])  # the protobufs
-        offsets, ticks = [m.offset for m in batch], [m.time_tick for m in batch]
-        terms = pa.array([m.term for m in batch], pa.int64())
+def _numbers(frame: pb.ConsumeBatchResponse, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """A batch frame's offsets and time ticks as columns (ConsumedBatch.offsets and
+    time_ticks make a Python int per message)."""
+    if frame.offsets:  # one per message (a filtered read)
+        return np.array(frame.offsets, np.int64), np.array(frame.time_ticks, np.int64)
+    first = decode_offset(frame.first_id.id)
+    offsets = np.arange(first, first + n, dtype=np.int64)
+    if not frame.tick_run_counts:
+        return offsets, np.arange(n, dtype=np.int64) + frame.first_time_tick
+    counts = np.array(frame.tick_run_counts, np.int64)
+    starts = np.cumsum(counts) - counts  # each run's first message
+    shift = np.array(frame.tick_run_first_ticks, np.int64) - starts
+    return offsets, np.arange(n, dtype=np.int64) + np.repeat(shift, counts)
+
+
+def _record_batch(
+    pchannel: str,
+    columns: frame_columns.FrameColumns,
+    offsets: np.ndarray | list[int],
+    ticks: np.ndarray | list[int],
+    terms: np.ndarray | list[int],
+) -> pa.RecordBatch:
     tick_column = pa.array(ticks, pa.int64())
     millis = pc.shift_right(tick_column, PHYSICAL_SHIFT)
     return pa.RecordBatch.from_arrays(
         [
-            pa.repeat(pa.scalar(pchannel, pa.string()), len(offsets)),
+            pa.repeat(pa.scalar(pchannel, pa.string()), len(tick_column)),
             columns.vchannel,
             pa.array(offsets, pa.int64()),
-            terms,
+            pa.array(terms, pa.int64()),
             tick_column,
             columns.message_type,
             columns.properties,
@@ -91,9 +102,41 @@ def _frame_batch(pchannel: str, batch: Sequence[ConsumedMessage]) -> pa.RecordBa
     )
 
 
+def _decoded(pchannel: str, frames: Sequence[ConsumedBatch]) -> pa.RecordBatch | None:
+    """Consecutive batch frames' rows, read column-wise from their serialized messages
+    (frame_columns.decode), or None if one of them is not in the canonical layout."""
+    bodies, counts = frame_columns.split([f.serialized_messages for f in frames])
+    columns = frame_columns.decode(bodies)
+    if columns is None:
+        return None
+    offsets, ticks = zip(*map(_numbers, (f.frame for f in frames), counts), strict=True)
+    terms = np.repeat(np.array([f.term for f in frames], np.int64), counts)
+    return _record_batch(pchannel, columns, np.concatenate(offsets), np.concatenate(ticks), terms)
+
+
+def _frame_batch(pchannel: str, batch: Sequence[ConsumedMessage]) -> pa.RecordBatch:
+    """One frame's rows through the protobuf objects: a frame in another layout, or a
+    single-message frame."""
+    if isinstance(batch, ConsumedBatch):
+        columns = frame_columns.from_messages(batch.raw_messages)
+        offsets, ticks = _numbers(batch.frame, len(batch))
+        return _record_batch(pchannel, columns, offsets, ticks, [batch.term] * len(batch))
+    columns = frame_columns.from_messages([m._msg for m in batch])  # the protobufs
+    offsets, ticks = [m.offset for m in batch], [m.time_tick for m in batch]
+    return _record_batch(pchannel, columns, offsets, ticks, [m.term for m in batch])
+
+
 def to_arrow(pchannel: str, batches: list[Sequence[ConsumedMessage]]) -> pa.RecordBatch:
-    """Rows of the data source's schema (see SCHEMA_DDL) for consecutive frames."""
-    parts = [_frame_batch(pchannel, b) for b in batches]
+    """Rows of the data source's schema (see SCHEMA_DDL) for consecutive frames: batch
+    frames decoded together (one set of numpy and Arrow calls, no concatenation after),
+    else frame by frame."""
+    frames = [b for b in batches if isinstance(b, ConsumedBatch)]
+    if len(frames) == len(batches) and (rows := _decoded(pchannel, frames)) is not None:
+        return rows
+    parts = []
+    for b in batches:
+        rows = _decoded(pchannel, [b]) if isinstance(b, ConsumedBatch) else None
+        parts.append(_frame_batch(pchannel, b) if rows is None else rows)
     if len(parts) == 1:
         return parts[0]
     return pa.Table.from_batches(parts, ARROW_SCHEMA).combine_chunks().to_batches()[0]

@@ -10,7 +10,8 @@ import pytest
 
 from streamwal.message import MsgType
 from streamwal.proto import streaming_pb2 as pb
-from streamwal.spark.frame_columns import FrameColumns, decode, from_messages
+from streamwal.spark.frame_columns import FrameColumns, from_messages, split
+from streamwal.spark.frame_columns import decode as decode_bodies
 
 
 def columns(c: FrameColumns) -> dict[str, list]:
@@ -21,6 +22,10 @@ def columns(c: FrameColumns) -> dict[str, list]:
         # a map's order is not its meaning (protobuf maps have none)
         "properties": [dict(p) for p in c.properties.to_pylist()],
     }
+
+
+def decode(serialized: bytes) -> FrameColumns | None:
+    return decode_bodies(split([serialized])[0])
 
 
 def random_message(rng: random.Random) -> pb.Message:
@@ -85,3 +90,46 @@ def test_a_message_type_that_is_no_number_is_left_to_protobuf():
     assert decode(serialized) is None
     with pytest.raises(ValueError):
         from_messages(pb.MessageBatch.FromString(serialized).messages)
+
+
+def test_frames_read_together_give_the_rows_of_their_messages():
+    """reader.to_arrow over batch frames of every shape (dense with tick runs, dense with
+    one run, explicit offsets), one in a layout only protobuf reads, and a single-message
+    frame: each row says what its ConsumedMessage says, in order."""
+    from streamwal.client.consumed import ConsumedBatch, ConsumedMessage
+    from streamwal.node import delivery
+    from streamwal.spark.reader import to_arrow
+
+    def body(*payloads: bytes, props: dict[str, str] | None = None) -> bytes:
+        messages = [pb.Message(payload=p, properties=props or {}) for p in payloads]
+        return pb.MessageBatch(messages=messages).SerializeToString()
+
+    tagged = {"_vc": "v1", "_t": str(int(MsgType.Delete)), "k": "x"}
+    dense = delivery.join(
+        [delivery.Slice(10, 1000, body(b"a"), 1), delivery.Slice(11, 2000, body(b"b", b"c"), 2)]
+    )
+    one_run = delivery.Slice(13, 3000 << 18, body(b"d", b"e", props=tagged), 2)
+    gap = delivery.join(
+        [delivery.Slice(16, 4000, body(b"f"), 1), delivery.Slice(18, 5000, body(b"g"), 1)]
+    )
+    other_layout = delivery.Slice(19, 6000, batch_of(entry(b"k", b"v") + PAYLOAD), 1)
+    frames = [ConsumedBatch(delivery.batch_frame(s, 4).consume_batch)
+              for s in (dense, one_run, gap)]  # fmt: skip
+    single = [ConsumedMessage(20, 5, 7000, pb.Message(payload=b"h"))]
+
+    def rows(batches) -> list[tuple]:
+        table = to_arrow("p", batches).to_pylist()
+        return [(r["pchannel"], r["offset"], r["term"], r["time_tick"], r["payload"],
+                 r["vchannel"], r["message_type"], dict(r["properties"]),
+                 int(r["timestamp"].timestamp() * 1000)) for r in table]  # fmt: skip
+
+    def expected(batches) -> list[tuple]:
+        return [("p", m.offset, m.term, m.time_tick, m.payload, m.vchannel, m.msg_type,
+                 {k: v for k, v in m.properties.items() if not k.startswith("_")},
+                 m.time_tick >> 18) for b in batches for m in b]  # fmt: skip
+
+    assert rows(frames) == expected(frames)  # decoded together
+    assert [r[1] for r in rows(frames)] == [10, 11, 12, 13, 14, 16, 18]
+    assert rows(frames[1:2])[0][5:9] == ("v1", int(MsgType.Delete), {"k": "x"}, 3000)
+    mixed = [*frames, ConsumedBatch(delivery.batch_frame(other_layout, 4).consume_batch), single]
+    assert rows(mixed) == expected(mixed)  # frame by frame
