@@ -64,9 +64,10 @@ def test_compaction_killed_and_rerun_writes_each_message_once(spark, start_node,
         produced.update({(p, o): v for o, v in produce(node.address, p, 3000).items()})
     out, ck = tmp_path / "out", tmp_path / "ck"
     common = ["--nodes", node.address, "--pchannel-pattern", "pc_.*", "--output", str(out),
-              "--checkpoint", str(ck), "--max-offsets-per-trigger", "500"]  # fmt: skip
-    proc = submit("compact_to_parquet.py", *common, "--trigger", "1 second",
-                  log=tmp_path / "run1.log")  # fmt: skip
+              "--checkpoint", str(ck)]  # fmt: skip
+    # Small micro-batches, so the kill lands while most of the log is still to be read.
+    proc = submit("compact_to_parquet.py", *common, "--max-offsets-per-trigger", "500",
+                  "--trigger", "1 second", log=tmp_path / "run1.log")  # fmt: skip
     try:
         deadline = time.monotonic() + 180
         while len(list((out / "_spark_metadata").glob("[0-9]*"))) < 2:
@@ -75,6 +76,9 @@ def test_compaction_killed_and_rerun_writes_each_message_once(spark, start_node,
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # mid-run: later batches may be half written
         proc.wait(10)
+    assert spark.read.parquet(str(out)).count() < len(produced)  # the kill left work undone
+    # The rerun without the limit: the batch the kill interrupted is replayed with the
+    # offsets its run logged, then the rest is one micro-batch (not ten of 500).
     finish(submit("compact_to_parquet.py", *common, "--once", log=tmp_path / "run2.log"))
     rows = spark.read.parquet(str(out)).collect()
     keys = [(r.pchannel, r.offset) for r in rows]
