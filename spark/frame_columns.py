@@ -217,19 +217,14 @@ def _properties(data: np.ndarray, buffer: pa.Buffer, spans: tuple[np.ndarray, ..
     return _Properties(message, key_ids, names, values)
 
 
-def split(serialized: Sequence[bytes]) -> tuple[pa.Array, list[int]]:
-    """The message bodies of consecutive serialized MessageBatches (frames) as one binary
-    array, and how many messages each frame holds."""
-    # Frame by frame: the bytes objects of one frame at a time are alive, so their memory
-    # is reused (those of 32,768 messages at once took twice the time, in page faults).
-    parts = [pa.array(RawMessageBatch.FromString(s).messages, pa.binary()) for s in serialized]
-    bodies = pa.concat_arrays(parts) if parts else pa.array([], pa.binary())
-    return bodies, [len(p) for p in parts]
+def split(serialized: bytes) -> pa.Array:
+    """The message bodies of a serialized MessageBatch (a frame) as a binary array."""
+    return pa.array(RawMessageBatch.FromString(serialized).messages, pa.binary())
 
 
 def decode(bodies: pa.Array) -> FrameColumns | None:
-    """The columns of serialized Messages (`split`'s bodies; several frames at once cost
-    the numpy and Arrow calls once), or None if their layout is not canonical."""
+    """The columns of serialized Messages (`split`'s bodies; several frames' bodies at
+    once cost the numpy and Arrow calls once), or None if their layout is not canonical."""
     n = len(bodies)
     offsets = np.frombuffer(bodies.buffers()[1], np.int32, n + 1).astype(np.int64)
     raw = np.frombuffer(bodies.buffers()[2] or b"", np.uint8, offsets[-1])

@@ -102,18 +102,6 @@ def _record_batch(
     )
 
 
-def _decoded(pchannel: str, frames: Sequence[ConsumedBatch]) -> pa.RecordBatch | None:
-    """Consecutive batch frames' rows, read column-wise from their serialized messages
-    (frame_columns.decode), or None if one of them is not in the canonical layout."""
-    bodies, counts = frame_columns.split([f.serialized_messages for f in frames])
-    columns = frame_columns.decode(bodies)
-    if columns is None:
-        return None
-    offsets, ticks = zip(*map(_numbers, (f.frame for f in frames), counts), strict=True)
-    terms = np.repeat(np.array([f.term for f in frames], np.int64), counts)
-    return _record_batch(pchannel, columns, np.concatenate(offsets), np.concatenate(ticks), terms)
-
-
 def _frame_batch(pchannel: str, batch: Sequence[ConsumedMessage]) -> pa.RecordBatch:
     """One frame's rows through the protobuf objects: a frame in another layout, or a
     single-message frame."""
@@ -126,20 +114,55 @@ def _frame_batch(pchannel: str, batch: Sequence[ConsumedMessage]) -> pa.RecordBa
     return _record_batch(pchannel, columns, offsets, ticks, [m.term for m in batch])
 
 
-def to_arrow(pchannel: str, batches: list[Sequence[ConsumedMessage]]) -> pa.RecordBatch:
-    """Rows of the data source's schema (see SCHEMA_DDL) for consecutive frames: batch
-    frames decoded together (one set of numpy and Arrow calls, no concatenation after),
-    else frame by frame."""
-    frames = [b for b in batches if isinstance(b, ConsumedBatch)]
-    if len(frames) == len(batches) and (rows := _decoded(pchannel, frames)) is not None:
-        return rows
-    parts = []
-    for b in batches:
-        rows = _decoded(pchannel, [b]) if isinstance(b, ConsumedBatch) else None
-        parts.append(_frame_batch(pchannel, b) if rows is None else rows)
-    if len(parts) == 1:
-        return parts[0]
-    return pa.Table.from_batches(parts, ARROW_SCHEMA).combine_chunks().to_batches()[0]
+class Frames:
+    """Consecutive frames of one pchannel, received and not yet made into rows (see
+    SCHEMA_DDL). A batch frame is split into its message bodies on arrival (which counts
+    them; the messages are never parsed into protobuf objects); `rows` decodes the
+    bodies of all of them at once (one set of numpy and Arrow calls), and takes the
+    frames that the decoder does not read through the protobuf objects one by one."""
+
+    def __init__(self, pchannel: str) -> None:
+        self.pchannel = pchannel
+        self.count = 0  # messages held
+        # a batch frame with its bodies, or a single-message frame
+        self._held: list[tuple[ConsumedBatch, pa.Array] | Sequence[ConsumedMessage]] = []
+
+    def add(self, frame: Sequence[ConsumedMessage]) -> None:
+        if isinstance(frame, ConsumedBatch):
+            bodies = frame_columns.split(frame.serialized_messages)
+            self._held.append((frame, bodies))
+            self.count += len(bodies)
+        else:
+            self._held.append(frame)
+            self.count += len(frame)
+
+    def rows(self) -> pa.RecordBatch:
+        """The rows of every frame held, in order; then it holds none."""
+        held, self._held, self.count = self._held, [], 0
+        split = [h for h in held if isinstance(h, tuple)]
+        if len(split) == len(held) and (joined := self._decoded(split)) is not None:
+            return joined
+        parts = []
+        for h in held:
+            if not isinstance(h, tuple):
+                parts.append(_frame_batch(self.pchannel, h))
+            elif (one := self._decoded([h])) is None:
+                parts.append(_frame_batch(self.pchannel, h[0]))
+            else:
+                parts.append(one)
+        if len(parts) == 1:
+            return parts[0]
+        return pa.Table.from_batches(parts, ARROW_SCHEMA).combine_chunks().to_batches()[0]
+
+    def _decoded(self, split: list[tuple[ConsumedBatch, pa.Array]]) -> pa.RecordBatch | None:
+        columns = frame_columns.decode(pa.concat_arrays([bodies for _, bodies in split]))
+        if columns is None:  # one of them is not in the canonical layout
+            return None
+        counts = [len(bodies) for _, bodies in split]
+        numbers = [_numbers(f.frame, len(bodies)) for f, bodies in split]
+        offsets, ticks = (np.concatenate(column) for column in zip(*numbers, strict=True))
+        terms = np.repeat(np.array([f.term for f, _ in split], np.int64), counts)
+        return _record_batch(self.pchannel, columns, offsets, ticks, terms)
 
 
 class _Failover(Exception):
@@ -220,24 +243,21 @@ def _read_from(
                 yield start
             if start >= r.end:
                 return
-            pending: list[Sequence[ConsumedMessage]] = []
-            rows = 0
+            pending = Frames(r.pchannel)
             try:
                 while True:
                     batch = consumer.next_batch()
                     if batch is None:
                         break
-                    pending.append(batch)
-                    rows += len(batch)
-                    if rows >= ROWS_PER_BATCH:
-                        yield to_arrow(r.pchannel, pending)
-                        pending, rows = [], 0
+                    pending.add(batch)
+                    if pending.count >= ROWS_PER_BATCH:
+                        yield pending.rows()
             except (StreamingError, TimeoutError):
-                if rows:  # what arrived before the owner failed is delivered, not read again
-                    yield to_arrow(r.pchannel, pending)
+                if pending.count:  # what arrived before the owner failed is delivered
+                    yield pending.rows()
                 raise
-            if rows:
-                yield to_arrow(r.pchannel, pending)
+            if pending.count:
+                yield pending.rows()
         finally:
             with contextlib.suppress(StreamingError, TimeoutError):
                 consumer.close()

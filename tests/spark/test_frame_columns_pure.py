@@ -25,7 +25,7 @@ def columns(c: FrameColumns) -> dict[str, list]:
 
 
 def decode(serialized: bytes) -> FrameColumns | None:
-    return decode_bodies(split([serialized])[0])
+    return decode_bodies(split(serialized))
 
 
 def random_message(rng: random.Random) -> pb.Message:
@@ -93,12 +93,12 @@ def test_a_message_type_that_is_no_number_is_left_to_protobuf():
 
 
 def test_frames_read_together_give_the_rows_of_their_messages():
-    """reader.to_arrow over batch frames of every shape (dense with tick runs, dense with
+    """reader.Frames over batch frames of every shape (dense with tick runs, dense with
     one run, explicit offsets), one in a layout only protobuf reads, and a single-message
     frame: each row says what its ConsumedMessage says, in order."""
     from streamwal.client.consumed import ConsumedBatch, ConsumedMessage
     from streamwal.node import delivery
-    from streamwal.spark.reader import to_arrow
+    from streamwal.spark.reader import Frames
 
     def body(*payloads: bytes, props: dict[str, str] | None = None) -> bytes:
         messages = [pb.Message(payload=p, properties=props or {}) for p in payloads]
@@ -118,7 +118,12 @@ def test_frames_read_together_give_the_rows_of_their_messages():
     single = [ConsumedMessage(20, 5, 7000, pb.Message(payload=b"h"))]
 
     def rows(batches) -> list[tuple]:
-        table = to_arrow("p", batches).to_pylist()
+        frames = Frames("p")
+        for b in batches:
+            frames.add(b)
+        assert frames.count == sum(len(b) for b in batches)
+        table = frames.rows().to_pylist()
+        assert frames.count == 0
         return [(r["pchannel"], r["offset"], r["term"], r["time_tick"], r["payload"],
                  r["vchannel"], r["message_type"], dict(r["properties"]),
                  int(r["timestamp"].timestamp() * 1000)) for r in table]  # fmt: skip
