@@ -370,10 +370,11 @@ class NodeClient:
         policy: pb.DeliverPolicy | None = None,
         filters: Sequence[pb.DeliverFilter] = (),
         *,
-        time_ticks: bool = True,
+        time_ticks: bool = False,
         end_offset: int | None = None,
     ) -> Consumer:
-        """Read `pchannel` from `policy` on; `time_ticks=False` leaves out TimeTick messages;
+        """Read `pchannel` from `policy` on; `time_ticks=True` also delivers the node's
+        TimeTick messages (left out by default, as on the routed consumers);
         with `end_offset` the iteration ends once every offset below it was delivered."""
         consumer = Consumer(
             self._channel,
@@ -406,7 +407,7 @@ class Consumer:
         term: int,
         policy: pb.DeliverPolicy,
         filters: Sequence[pb.DeliverFilter],
-        time_ticks: bool = True,
+        time_ticks: bool = False,
         end_offset: int | None = None,
     ) -> None:
         self.pchannel = pchannel

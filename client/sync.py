@@ -223,7 +223,7 @@ class SyncNodeClient:
         policy: pb.DeliverPolicy | None = None,
         filters: Sequence[pb.DeliverFilter] = (),
         *,
-        time_ticks: bool = True,
+        time_ticks: bool = False,
         end_offset: int | None = None,
         timeout: float | None = None,
     ) -> SyncConsumer:

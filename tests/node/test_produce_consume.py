@@ -130,7 +130,7 @@ async def _read_case(
     deadline = time.monotonic() + 20
     if consumer_path == "batched":
         async with NodeClient(address) as c:
-            consumer = await c.consumer(pch, 1, policy, filters)
+            consumer = await c.consumer(pch, 1, policy, filters, time_ticks=True)
             async for m in consumer:
                 assert time.monotonic() < deadline, "no END marker within 20 s"
                 if is_tick(m):
