@@ -18,7 +18,7 @@ from grpc import aio
 
 from streamwal.client.consumed import ConsumedBatch, ConsumedMessage
 from streamwal.client.node_streams import open_stream
-from streamwal.client.policy import DeliverPolicy
+from streamwal.client.policy import DeliverFilter, DeliverPolicy
 from streamwal.client.producer import Appended, Producer
 from streamwal.errors import StreamingError, Unavailable
 from streamwal.grpc_errors import from_rpc_error
@@ -367,8 +367,8 @@ class NodeClient:
         self,
         pchannel: str,
         term: int,
-        policy: pb.DeliverPolicy | None = None,
-        filters: Sequence[pb.DeliverFilter] = (),
+        policy: DeliverPolicy | None = None,
+        filters: Sequence[DeliverFilter] = (),
         *,
         time_ticks: bool = False,
         end_offset: int | None = None,
@@ -405,8 +405,8 @@ class Consumer:
         channel: aio.Channel,
         pchannel: str,
         term: int,
-        policy: pb.DeliverPolicy,
-        filters: Sequence[pb.DeliverFilter],
+        policy: DeliverPolicy,
+        filters: Sequence[DeliverFilter],
         time_ticks: bool = False,
         end_offset: int | None = None,
     ) -> None:
@@ -426,8 +426,8 @@ class Consumer:
     async def open(self) -> None:
         header = pb.CreateConsumerRequest(
             pchannel=pb.PChannelInfo(name=self.pchannel, term=self.term),
-            deliver_policy=self._policy,
-            deliver_filters=self._filters,
+            deliver_policy=self._policy.to_proto(),
+            deliver_filters=[f.to_proto() for f in self._filters],
             options=pb.ConsumerOptions(
                 batched=True, skip_time_ticks=not self._time_ticks, end_offset=self._end_offset
             ),
