@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
+import socket
 import subprocess
 import sys
+import time
 from base64 import b64decode
 from pathlib import Path
 
 import pytest
 
-from streamwal.testing.local_node import LocalNode
+from streamwal.testing.local_node import LocalNode, free_port
 
 STREAMWAL = str(Path(sys.executable).parent / "streamwal")
 
@@ -125,19 +128,59 @@ def test_sync_client(node: LocalNode) -> None:
         client.close()
 
 
-def test_the_readme_node_client_program_runs_twice(node: LocalNode) -> None:
-    """README's "A node by hand" Python program, as a file, against a node (its address
-    swapped in): complete (no top-level await) and repeatable."""
-    import re
-
+def test_the_readme_node_by_hand_section(tmp_path: Path) -> None:
+    """README's "A node by hand", as a user runs it from the checkout: the node started in
+    the background (its ports, data dir and the virtualenv's path swapped for the test's),
+    produce, consume and the metrics read with curl; then its Python program, pasted into
+    a file, twice: complete (no top-level await) and repeatable."""
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    (program,) = [
-        b for b in re.findall(r"```python\n(.*?)```", readme, re.DOTALL) if "NodeClient(" in b
-    ]
-    program = program.replace("127.0.0.1:19530", node.address)
-    for _ in range(2):
-        done = subprocess.run(
-            [sys.executable, "-c", program], capture_output=True, text=True, timeout=60
-        )
-        assert done.returncode == 0, done.stderr
-        assert done.stdout.strip().endswith("b'hello'")
+    section = readme.split("<!-- node-by-hand: begin")[1].split("<!-- node-by-hand: end")[0]
+    ((commands,), (program,)) = (re.findall(rf"```{kind}\n(.*?)```", section, re.DOTALL)
+                                 for kind in ("sh", "python"))  # fmt: skip
+    port, metrics = free_port(), free_port()
+    swaps = {
+        "127.0.0.1:19530": f"127.0.0.1:{port}",
+        "127.0.0.1:9091": f"127.0.0.1:{metrics}",
+        "/tmp/sw": str(tmp_path / "sw"),
+        ".venv/bin/": f"{Path(sys.executable).parent}/",
+    }
+    for old, new in swaps.items():
+        assert old in commands + program, old
+        commands, program = commands.replace(old, new), program.replace(old, new)
+    first, *rest = commands.splitlines()
+    assert first.endswith(" &"), first
+    node = subprocess.Popen(["bash", "-c", f"exec {first[:-2]}"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not _listening(port):  # the user types the next command once it is up
+            assert node.poll() is None and time.monotonic() < deadline, "node did not start"
+            time.sleep(0.05)
+        out = []
+        for command in rest:
+            done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", command],
+                                  capture_output=True, text=True, timeout=90)  # fmt: skip
+            assert done.returncode == 0, f"{command}: {done.stderr[-2000:]}"
+            out.append(done.stdout)
+        produced, consumed, scraped = out
+        assert json.loads(produced.splitlines()[-1])["messages"] == 10000
+        assert len([json.loads(line) for line in consumed.splitlines()]) == 3
+        assert 'streamwal_appended_messages_total{pchannel="ch-0"} 10000.0' in scraped
+        for _ in range(2):
+            done = subprocess.run(
+                [sys.executable, "-c", program], capture_output=True, text=True, timeout=60
+            )
+            assert done.returncode == 0, done.stderr
+            assert done.stdout.strip().endswith("b'hello'")
+    finally:
+        node.terminate()
+        try:
+            node.wait(30)
+        except subprocess.TimeoutExpired:
+            node.kill()
+            node.wait(10)
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
