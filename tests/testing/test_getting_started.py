@@ -144,8 +144,8 @@ def test_readme_getting_started(tmp_path: Path) -> None:
 def _readme_client_program() -> str:
     """The README's Python program on the client face (`from streamwal.client import`)."""
     text = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, re.DOTALL)
-    (program,) = [b for b in blocks if "from streamwal.client import connect" in b]
+    section = text.split("<!-- client-program: begin")[1].split("<!-- client-program: end")[0]
+    (program,) = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
     return program
 
 
