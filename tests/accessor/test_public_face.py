@@ -99,14 +99,14 @@ SET_UP_BLOCK = "scripts/demo    # set up, then run the embedded cluster demo and
 
 def test_every_example_of_the_readme_and_the_api_page_is_run_by_a_test() -> None:
     """Each README block sits between markers `<!-- NAME: begin (TEST_FILE ...) -->` and
-    `<!-- NAME: end -->`, and TEST_FILE reads that marker; docs/api.md's blocks are all
+    `<!-- NAME: end -->`, and TEST_FILE reads them (`readme_blocks`); docs/api.md's blocks are all
     python (tests/accessor/test_api_docs.py runs every one)."""
     text = (ROOT / "README.md").read_text()
     covered = []
     for name, test_file, body in re.findall(
         r"<!-- ([\w-]+): begin \((tests/\S+\.py)[^)]*\) -->\n(.*?)<!-- \1: end -->", text, re.DOTALL
     ):
-        assert f"<!-- {name}: begin" in (ROOT / test_file).read_text(), (name, test_file)
+        assert f'readme_blocks("{name}")' in (ROOT / test_file).read_text(), (name, test_file)
         covered += re.findall(r"^```\w+\n(.*?)^```", body, re.MULTILINE | re.DOTALL)
     blocks = re.findall(r"^```\w+\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
     uncovered = [b for b in blocks if b not in covered]

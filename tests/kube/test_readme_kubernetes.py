@@ -32,17 +32,12 @@ import yaml
 from streamwal.client import connect
 from streamwal.testing.local_cluster import LocalCluster
 from tests.control_plane import ControlPlane
-from tests.kube.conftest import CHART, ROOT, kubectl_for
+from tests.kube.conftest import CHART, kubectl_for
+from tests.support import readme_blocks
 
 NS = "streaming"
 WATCH = re.compile(r"\s+-w(\s*&)?(?=\s*(#.*)?$)", re.MULTILINE)
 NEEDS_KUBELET = "helm test wal -n streaming"
-
-
-def _blocks() -> list[tuple[str, str]]:
-    text = (ROOT / "README.md").read_text()
-    section = text.split("<!-- kubernetes: begin")[1].split("<!-- kubernetes: end")[0]
-    return re.findall(r"```(sh|yaml|python)\n(.*?)```", section, re.DOTALL)
 
 
 def _can_remap_hosts() -> bool:
@@ -57,7 +52,7 @@ def test_readme_kubernetes_steps(
 ) -> None:
     if not _can_remap_hosts():
         pytest.skip("needs unshare --mount --map-root-user (a pod's view of cluster DNS)")
-    blocks = _blocks()
+    blocks = readme_blocks("kubernetes")
     assert [kind for kind, _ in blocks] == ["sh", "sh", "yaml", "python", "sh", "sh"], blocks
     install, pchannel, spec, program, failover, security = (body for _, body in blocks)
     cp = kube_control_plane

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import socket
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from streamwal.testing.local_node import LocalNode, free_port
+from tests.support import readme_blocks
 
 STREAMWAL = str(Path(sys.executable).parent / "streamwal")
 
@@ -133,10 +133,8 @@ def test_the_readme_node_by_hand_section(tmp_path: Path) -> None:
     the background (its ports, data dir and the virtualenv's path swapped for the test's),
     produce, consume and the metrics read with curl; then its Python program, pasted into
     a file, twice: complete (no top-level await) and repeatable."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("<!-- node-by-hand: begin")[1].split("<!-- node-by-hand: end")[0]
-    ((commands,), (program,)) = (re.findall(rf"```{kind}\n(.*?)```", section, re.DOTALL)
-                                 for kind in ("sh", "python"))  # fmt: skip
+    ((sh, commands), (python, program)) = readme_blocks("node-by-hand")
+    assert (sh, python) == ("sh", "python")
     port, metrics = free_port(), free_port()
     swaps = {
         "127.0.0.1:19530": f"127.0.0.1:{port}",

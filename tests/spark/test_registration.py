@@ -20,7 +20,7 @@ from streamwal.message import MsgType
 from streamwal.proto import streaming_pb2 as pb
 from streamwal.testing.local_cluster import LocalCluster
 from tests.spark.helpers import produce
-from tests.support import wait_for
+from tests.support import readme_blocks, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,10 +54,8 @@ def cluster(tmp_path):
 
 def _readme_spark() -> tuple[list[str], str]:
     """The README's Spark walk-through: its shell commands and its program."""
-    text = (ROOT / "README.md").read_text()
-    section = text.split("<!-- spark: begin")[1].split("<!-- spark: end")[0]
-    ((commands,), (program,)) = (re.findall(rf"```{kind}\n(.*?)```", section, re.DOTALL)
-                                 for kind in ("sh", "python"))  # fmt: skip
+    ((sh, commands), (python, program)) = readme_blocks("spark")
+    assert (sh, python) == ("sh", "python")
     return [line for line in commands.splitlines() if line.strip()], program
 
 
