@@ -58,9 +58,11 @@ def test_produce_and_consume(node: LocalNode) -> None:
     proc = run("produce", *addr, "--assign", "--count", "5000", "--size", "64", "--progress")
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["messages"] == 5000
-    # dense offsets; an idle TimeTick may precede them if the CLI started slowly
+    # Dense offsets. Idle TimeTicks (one per 200 ms) precede them for as long as the CLI
+    # takes from its Assign to its first batch, so how many depends on the machine's load;
+    # that nothing but ticks does is checked below (the first message consumed is `first`).
     first = summary["first_offset"]
-    assert summary["last_offset"] == first + 4999 and first <= 1
+    assert summary["last_offset"] == first + 4999
     assert summary["msgs_per_s"] > 0
     assert "5000/5000" in proc.stderr  # the progress bar
     lines = run("produce", *addr, "--vchannel", "cli_v1", "--no-progress", stdin="a\nb\nc\n")
