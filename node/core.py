@@ -27,10 +27,11 @@ Effects: `PersistMeta`, `MarkDurable` (the acknowledged-offset ledger), `Answer`
 record), `Notify` (wake consumers and streams), and the steps `Drain`, `Verify`,
 `CatchUp`, `Truncate`, `Store`.
 
-Every input ends with `check()`: first <= durable <= next, the commit never moves back and
-never passes the durable end, terms never decrease. The rules themselves live in the pure
-modules this one sequences: fencing.py, replication_rules.py, divergence.py,
-producers.py, clock.py.
+Every input that moves an offset, the commit or the term ends with `check()`: first <=
+durable <= next, the commit never moves back and never passes the durable end, terms
+never decrease (`append` only raises `next_offset`; its `written` checks). The rules
+themselves live in the pure modules this one sequences: fencing.py, replication_rules.py,
+divergence.py, producers.py, clock.py.
 """
 
 from __future__ import annotations
