@@ -114,7 +114,7 @@ async def scale_case(
     grace: float | None = None,
 ) -> dict:
     """One case on local processes; see the module docstring for what is measured."""
-    from streamwal.client.wal import connect
+    from streamwal.client.wal import open_wal
     from streamwal.coord.coordinator import CoordConfig
     from streamwal.testing.history import check
     from streamwal.testing.local_cluster import LocalCluster
@@ -160,7 +160,7 @@ async def scale_case(
             leaders.setdefault(before[name][0], []).append(name)
         victim, moved = max(leaders.items(), key=lambda kv: len(kv[1]))
         say("producers")
-        wal = await connect(cluster.coord_address, failover_timeout=60)
+        wal = await open_wal(cluster.coord_address, failover_timeout=60)
         # A single copy on a killed node is gone with it (an unclean move by design):
         # producers prove "nothing acknowledged lost" on replicated pchannels only.
         for name in moved[: sample if replicas > 1 else 0]:
