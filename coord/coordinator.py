@@ -559,10 +559,9 @@ class Coordinator:
 
     def _feed_pings(self, now: float) -> None:
         """Hand the pinger's outcomes to the tracker, before anything else is judged."""
-        for heard in self.pinger.drain() if self.pinger is not None else ():
-            change = self.tracker.heard(heard.node, heard.ok, heard.at, now)
-            if change is not None:
-                self._on_transition(change.node, change.after)
+        heard = self.pinger.drain() if self.pinger is not None else ()
+        for change in self.tracker.heard_all(((h.node, h.ok, h.at) for h in heard), now):
+            self._on_transition(change.node, change.after)
 
     def _watch_probe_port(self, node: int, address: str, port: int) -> None:
         """Ping the probe port the node names (on its gRPC host); none: stop pinging."""

@@ -22,6 +22,7 @@ from anything else) and a node lost (-> LOST).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -143,13 +144,33 @@ class LivenessTracker:
     def heard(self, node: int, ok: bool, at: float, now: float) -> Transition | None:
         """Feed one ping outcome (the second signal), got at `at` (<= `now`: pings are
         answered and timed off the coord's loop, and fed to it later)."""
-        track = self._nodes.get(node)
-        if track is None:
-            return None  # not tracked (left the node set)
-        track.ping_ok = ok
-        if ok:
-            track.since = max(track.since, at)
-        return self._settle(node, track, now)
+        changes = self.heard_all([(node, ok, at)], now)
+        return changes[0] if changes else None
+
+    def heard_all(
+        self, outcomes: Iterable[tuple[int, bool, float]], now: float
+    ) -> list[Transition]:
+        """Feed the ping outcomes (node, ok, at) that arrived since the last call, oldest
+        first, then judge each node once: a coord that drains them late must neither
+        judge before crediting its own stall nor take a failed ping followed by a good
+        one for a node that went SUSPECT and came back (healthy nodes flapped so, issue
+        24)."""
+        self._credit_stall(now)
+        touched: set[int] = set()
+        for node, ok, at in outcomes:
+            track = self._nodes.get(node)
+            if track is None:
+                continue  # not tracked (left the node set)
+            track.ping_ok = ok
+            if ok:
+                track.since = max(track.since, at)
+            touched.add(node)
+        out = []
+        for node in sorted(touched):
+            change = self._settle(node, self._nodes[node], now)
+            if change:
+                out.append(change)
+        return out
 
     def tick(self, now: float) -> list[Transition]:
         """Age every node without a probe result (a hung probe must still lose a node)."""

@@ -159,3 +159,26 @@ def test_a_coord_that_did_not_run_judges_no_node_by_its_own_absence():
         now = 3.5 + step * 0.25
         lost.update({c.node: now for c in t.tick(now) if c.lost})
     assert lost == {2: 4.25}  # its last answer (0.0) + the stall (2.5) + the grace (1.5)
+
+
+def test_pings_drained_late_are_judged_together_after_the_stall_is_credited():
+    """The coord's loop stalled 3 s; meanwhile one ping timed out and the next answered.
+    Judged one by one before the stall was credited, the node went SUSPECT and LIVE in
+    the same millisecond (healthy nodes flapped so at 1,024 x RF=3, issue 24)."""
+    t = LivenessTracker(interval=0.5, grace=1.5)
+    t.track(1, now=0.0)
+    t.observe(1, True, now=0.0)
+    t.heard(1, True, at=0.0, now=0.0)
+    assert t.tick(now=0.25) == []
+    t.observe(1, False, now=0.5)  # the status probe timed out as the loop stalled
+    assert t.heard_all([(1, False, 1.0), (1, True, 3.0)], now=3.3) == []
+    assert t.state(1) == Liveness.LIVE
+    # Judged once, on the latest outcome: a SUSPECT node whose last ping answered.
+    t2 = LivenessTracker(interval=0.5, grace=1.5)
+    t2.track(1, now=0.0)
+    t2.observe(1, True, now=0.0)
+    assert t2.observe(1, False, now=0.5).after == Liveness.SUSPECT  # no ping heard yet
+    changes = t2.heard_all([(1, False, 0.6), (1, True, 1.1)], now=1.2)
+    assert [(c.node, c.after) for c in changes] == [(1, Liveness.LIVE)]
+    changes = t2.heard_all([(1, True, 1.3), (1, False, 1.4)], now=1.5)
+    assert [(c.node, c.after) for c in changes] == [(1, Liveness.SUSPECT)]
