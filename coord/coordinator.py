@@ -417,6 +417,7 @@ class Coordinator:
     async def destroy_channels(self, names: list[str]) -> None:
         """Tombstone the channels (persisted first), then remove them from their node."""
         self.describe(names or ["<none>"])  # raises on unknown names
+        removes = []
         for name in names:
             async with self.records.lock(name):
                 record = self.records.copy(name)
@@ -425,13 +426,12 @@ class Coordinator:
             node = sm.owner(record.meta)
             holders = set(rs.member_ids(record)) | ({node.server_id} if node else set())
             for holder in sorted(holders & set(self.config.nodes)):
-                with suppress(StreamingError):
-                    await self.links.remove(
-                        self.config.nodes[holder],
-                        name,
-                        record.meta.channel.term,
-                        self.config.remove_timeout,
-                    )
+                address, term = self.config.nodes[holder], record.meta.channel.term
+                removes.append(self.links.remove(address, name, term, self.config.remove_timeout))
+        # together: each node gets its removes in one batch (coord/node_link.py)
+        for outcome in await asyncio.gather(*removes, return_exceptions=True):
+            if isinstance(outcome, BaseException) and not isinstance(outcome, StreamingError):
+                raise outcome  # a node that did not answer is fine (fenced later); a bug is not
         log.info("channels destroyed", extra={"channels": names})
         self.wake()
 
