@@ -652,6 +652,7 @@ class Coordinator:
             grace=self.config.grace,
             labels=self.labels,
             domains=self.domains,
+            held=self.records.held(),
         )
 
     async def reconcile_once(self) -> None:

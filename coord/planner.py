@@ -21,6 +21,7 @@ Each job is a saga of steps (`sagas`); nothing here waits, reads a clock or call
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -55,6 +56,9 @@ class Snapshot:
     grace: float = 0.0  # how long an unclean failover waits for a holder out of the node set
     labels: Mapping[int, Mapping[str, str]] = field(default_factory=dict)  # node -> labels
     domains: Mapping[int, str] = field(default_factory=dict)  # node -> topology domain
+    # node -> the live pchannels whose records name it (ChannelRecords.held); None: found
+    # from `records` (a walk over all of them)
+    held: Mapping[int, AbstractSet[str]] | None = None
 
 
 @dataclass(frozen=True)
@@ -585,22 +589,31 @@ def joint_done(record: cpb.ChannelRecord, reports: Mapping[int, NodeReport]) -> 
 
 def needs_action(node: int, snapshot: Snapshot) -> bool:
     """Whether `node`'s latest report asks for a round now: it serves something stale, a
-    replicated member is missing, or an owner misses a pchannel assigned before the probe."""
+    replicated member is missing, or an owner misses a pchannel assigned before the probe.
+
+    Only the pchannels the node reports or its records name are looked at: the work per
+    probe grows with the node's share, not with the cluster (issue 24)."""
     report = snapshot.memory.reports.get(node)
     if report is None:
         return False
     records = snapshot.records
-    metas = {n: s.record.meta for n, s in records.items() if not s.record.destroyed}
-    replicated = members_by_channel(records)
-    if sm.stale_channels(node, report.served(), metas, replicated):
+    served = report.served()
+    if snapshot.held is not None:
+        named: Iterable[str] = snapshot.held.get(node, ())
+    else:
+        named = [n for n, s in records.items() if node in rs.held_by(s.record)]
+    mine = {n: records[n] for n in {i.name for i in served}.union(named) if n in records}
+    metas = {n: s.record.meta for n, s in mine.items() if not s.record.destroyed}
+    replicated = members_by_channel(mine)
+    if sm.stale_channels(node, served, metas, replicated):
         return True
     for name in replicated:
-        record = records[name].record
+        record = mine[name].record
         if record.meta.state == sm.ASSIGNED and node in missing_members(record, snapshot.memory):
             return True
     return any(
         snapshot.memory.assigned_at.get(n, 0.0) < report.started
-        for n in sm.missing_channels(node, report.served(), metas)
+        for n in sm.missing_channels(node, served, metas)
     )
 
 

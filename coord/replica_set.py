@@ -238,5 +238,14 @@ def is_replicated(record: cpb.ChannelRecord) -> bool:
     return record.replicas > 1 or len(record.members) > 0
 
 
+def held_by(record: cpb.ChannelRecord) -> frozenset[int]:
+    """The nodes a live record names: its owner and its replica set (a node's report
+    can only be stale or missing something about these, `planner.needs_action`)."""
+    if record.destroyed:
+        return frozenset()
+    owner = record.meta.node.server_id
+    return frozenset(member_ids(record)) | ({owner} if record.meta.HasField("node") else set())
+
+
 def member_ids(record: cpb.ChannelRecord) -> tuple[int, ...]:
     return tuple(m.server_id for m in record.members)

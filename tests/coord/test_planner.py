@@ -3,10 +3,13 @@ round's jobs out (coord/planner.py, pure: no node, no store, no clock)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from streamwal.coord import catch_up
 from streamwal.coord import planner as pl
+from streamwal.coord import replica_set as rs
 from streamwal.coord import state_machine as sm
 from streamwal.coord.memory import Memory, NodeReport
 from streamwal.coord.meta_store import Stored
@@ -364,10 +367,19 @@ def test_a_report_that_asks_for_action_wakes_the_reconciler() -> None:
     records = {s.name: s for s in [single("a", node=1, term=2), replicated("r", leader=2)]}
     memory = Memory(assigned_at={"a": 1.0, "r": 1.0})
 
+    held: dict[int, set[str]] = {}
+    for name, stored in records.items():
+        for n in rs.held_by(stored.record):
+            held.setdefault(n, set()).add(name)
+
     def needs(node: int, served) -> bool:
         memory.reports[node] = NodeReport.of(5.0, served)
         snapshot = pl.Snapshot(records, NODES, frozenset(), memory)
-        return pl.needs_action(node, snapshot)
+        walked = pl.needs_action(node, snapshot)
+        # the same answer from the index of the node's pchannels (what the coord passes)
+        indexed = pl.needs_action(node, dataclasses.replace(snapshot, held=held))
+        assert walked == indexed
+        return indexed
 
     assert not needs(1, [status("a", 2), status("r", 1, FOLLOWER)])
     assert needs(1, [status("r", 1, FOLLOWER)])  # its own pchannel "a" is missing
