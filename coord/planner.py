@@ -59,6 +59,10 @@ class Snapshot:
     # node -> the live pchannels whose records name it (ChannelRecords.held); None: found
     # from `records` (a walk over all of them)
     held: Mapping[int, AbstractSet[str]] | None = None
+    # node selector -> (allowed, unfit) nodes: filled as a round asks (`_fit`)
+    fit: dict[tuple[tuple[str, str], ...], tuple[frozenset[int], frozenset[int]]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
 
 @dataclass(frozen=True)
@@ -394,17 +398,29 @@ def _rebalance(
 
 def allowed(record: cpb.ChannelRecord, snapshot: Snapshot) -> frozenset[int]:
     """Nodes whose labels match the pchannel's node selector (all of it)."""
-    want = dict(record.node_selector)
-    return frozenset(
-        n
-        for n in snapshot.nodes
-        if all(snapshot.labels.get(n, {}).get(k) == v for k, v in want.items())
-    )
+    return _fit(record, snapshot)[0]
 
 
 def unfit(record: cpb.ChannelRecord, snapshot: Snapshot) -> frozenset[int]:
     """Nodes the pchannel's node selector excludes: treated as drained for it."""
-    return frozenset(snapshot.nodes) - allowed(record, snapshot)
+    return _fit(record, snapshot)[1]
+
+
+def _fit(record: cpb.ChannelRecord, snapshot: Snapshot) -> tuple[frozenset[int], frozenset[int]]:
+    """(allowed, unfit), worked out once per selector and snapshot: a round asks for
+    every pchannel, and most share a selector (at 10,000 pchannels over 100 nodes the
+    node walk per pchannel was a million label checks a round)."""
+    key = tuple(sorted(record.node_selector.items()))
+    got = snapshot.fit.get(key)
+    if got is None:
+        want = dict(key)
+        ok = frozenset(
+            n
+            for n in snapshot.nodes
+            if all(snapshot.labels.get(n, {}).get(k) == v for k, v in want.items())
+        )
+        got = snapshot.fit[key] = (ok, frozenset(snapshot.nodes) - ok)
+    return got
 
 
 def spread(record: cpb.ChannelRecord, snapshot: Snapshot) -> rs.Spread | None:
