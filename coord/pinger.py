@@ -36,8 +36,18 @@ class Heard:
     at: float  # monotonic time the outcome arrived
 
 
+# A ping's deadline, in probe intervals. A ping that answers late is still a success:
+# at a machine load of 15-21 the node's probe threads answered pings after 0.5-1.3 s,
+# and a deadline of one interval made those healthy nodes SUSPECT (no new followers) a
+# few times a minute (issue 24). Detection does not wait for it: a killed node refuses
+# the connection at once, and a hung one is lost by the tracker's grace whatever the
+# deadline (while a ping is pending, the node is not pinged again).
+DEADLINE_INTERVALS = 2
+
+
 class Pinger:
-    """Pings every watched node each `interval` (deadline: the interval) from its thread."""
+    """Pings every watched node each `interval` (deadline: `DEADLINE_INTERVALS`
+    intervals) from its thread."""
 
     def __init__(
         self,
@@ -110,7 +120,9 @@ class Pinger:
             for address in set(self._channels) - wanted:
                 self._channels.pop(address)[0].close()  # a node moved or left
             for node, address in sorted(targets.items()):
-                future = self._call(address).future(wire_pb2.PingRequest(), timeout=self.interval)
+                future = self._call(address).future(
+                    wire_pb2.PingRequest(), timeout=DEADLINE_INTERVALS * self.interval
+                )
                 future.add_done_callback(partial(self._done, node))
             self._wake.wait(max(0.0, self.interval - (self._clock() - started)))
             self._wake.clear()
