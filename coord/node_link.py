@@ -219,6 +219,7 @@ class NodeLinks:
             return
         self._replaced[address] = now
         self._stubs.pop(address, None)
+        self._unbatched.discard(address)  # a node restarted there may be a newer version
         self._retired.append(self._channels.pop(address))
 
     async def assign(
