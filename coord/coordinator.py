@@ -536,7 +536,10 @@ class Coordinator:
         try:
             sent = self.wall()
             status = await self.links.collect_status(address, timeout=self.config.probe_interval)
-            self._observe_clock(node, status.wall_time_ms / 1000 - (sent + self.wall()) / 2)
+            got = self.wall()
+            self._observe_clock(
+                node, status.wall_time_ms / 1000 - (sent + got) / 2, (got - sent) / 2
+            )
             if status.server_id and status.server_id != node:
                 log.error("node id mismatch", extra={"node": node, "reported": status.server_id})
             else:
@@ -582,10 +585,12 @@ class Coordinator:
             self._held = held
         self.metrics.nodes_held.set(len(held))
 
-    def _observe_clock(self, node: int, offset: float) -> None:
-        """Keep how far a node's clock is from ours; beyond the bound it leads nothing."""
+    def _observe_clock(self, node: int, offset: float, uncertainty: float) -> None:
+        """Keep how far a node's clock is from ours (`offset`, known within `uncertainty`);
+        beyond the bound it leads nothing (`planner.clock_skewed`)."""
         self.metrics.clock_offset.labels(str(node)).set(offset)
-        skewed = abs(offset) > self.config.max_clock_offset
+        bound = self.config.max_clock_offset
+        skewed = pl.clock_skewed(offset, uncertainty, bound, node in self.skewed)
         if skewed and node not in self.skewed:
             log.warning(
                 "node clock too far off: it leads nothing until it is back within the bound",
