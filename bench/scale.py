@@ -146,8 +146,15 @@ async def scale_case(
             count = min(MAX_CREATE, pchannels - len(names))
             # A single copy waits for its node unless it may lose data (the coord's rule);
             # the single-replica cases ask how fast such pchannels move, so they may.
+            # bounded by the phase limit, not the harness's 10 s: the coord's file store
+            # wrote 1,024 records in more than 10 s on a busy disk, and a retry would
+            # create another 1,024 if the first call went through after all
             names += await cluster.create_channels(
-                count, prefix="scale", replicas=replicas, allow_data_loss=replicas == 1
+                count,
+                prefix="scale",
+                replicas=replicas,
+                allow_data_loss=replicas == 1,
+                timeout=PHASE_LIMIT_S,
             )
         created_s = time.monotonic() - started
         say("assign")

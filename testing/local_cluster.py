@@ -159,7 +159,12 @@ class LocalCluster:
         return self._channel
 
     async def create_channels(
-        self, count: int, prefix: str = "", replicas: int = 1, allow_data_loss: bool = False
+        self,
+        count: int,
+        prefix: str = "",
+        replicas: int = 1,
+        allow_data_loss: bool = False,
+        timeout: float = 10.0,
     ) -> list[str]:
         stub = cpbg.StreamingCoordChannelServiceStub(self.channel())
         reply = await stub.CreateChannels(
@@ -170,7 +175,7 @@ class LocalCluster:
                 replicas=replicas,
                 allow_data_loss=allow_data_loss,
             ),
-            timeout=10,
+            timeout=timeout,
         )
         return list(reply.channel_names)
 
