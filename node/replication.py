@@ -55,6 +55,7 @@ READ_RECORDS = 1024  # records per read step of a follower's stream (also byte-b
 READ_BYTES = 1024 * 1024
 APPLY_BYTES = 8 * 1024 * 1024  # a follower syncs and acks at least this often
 BACKOFF = (0.05, 2.0)  # a follower's reconnect delay: first, maximum
+COMMIT_LAG_S = 0.02  # a commit update waits this long for a record to carry it
 
 
 def _history(starts) -> list[tuple[int, int]]:
@@ -376,6 +377,7 @@ class _LeaderStream:
                 first.truncate_from = self.start.truncate_from
             await self.context.write(first)
             sent_commit = first.commit_offset
+            commit_due = 0.0  # when a commit update goes out alone (loop time; 0: none due)
             while True:
                 if ch.core.role is not role:
                     raise ChannelFenced(f"{ch.name!r}: leader role ended")
@@ -394,15 +396,23 @@ class _LeaderStream:
                 end = self.repl.wal.sendable_end(ch) if not self.inflight else ch.committed_next
                 sendable = self.position < end and self.inflight < WINDOW_BYTES
                 if sendable and await self._send_records(end):
-                    sent_commit = ch.known_commit
+                    sent_commit, commit_due = ch.known_commit, 0.0
                     continue
+                sleep = 1.0
                 if ch.known_commit != sent_commit:
-                    sent_commit = ch.known_commit
-                    await self.context.write(self._entry(offset=self.position))
-                    continue
+                    # Alone, a commit update waits COMMIT_LAG_S for records to ride on: a
+                    # one-at-a-time producer's next record carries it, and each follower
+                    # is woken once per send, not twice.
+                    now = loop.time()
+                    commit_due = commit_due or now + COMMIT_LAG_S
+                    if now >= commit_due:
+                        sent_commit, commit_due = ch.known_commit, 0.0
+                        await self.context.write(self._entry(offset=self.position))
+                        continue
+                    sleep = commit_due - now
                 # Every await above re-checks all of this: a poke while none waits is moot.
                 self._wake = loop.create_future()
-                timer = loop.call_later(1.0, self.poke)
+                timer = loop.call_later(sleep, self.poke)
                 try:
                     await self._wake
                 finally:
