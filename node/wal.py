@@ -17,7 +17,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,6 +100,7 @@ class _Append:
     # Called with `future` once it is done, in the commit's own callback (Wal.append).
     on_done: Callable[[asyncio.Future], None] | None = None
     term: int = 0  # the record's term (the channel's may have moved on meanwhile: a fence)
+    flags: int = 0  # the record's flags (records.FLAG_*), for the metrics
 
 
 @dataclass(slots=True)
@@ -402,7 +403,7 @@ class Wal:
 
     # -- the core's effects and steps ----------------------------------------------------
 
-    def effects(self, ch: Channel, effects: list[Effect], notify: bool = True) -> None:
+    def effects(self, ch: Channel, effects: Iterable[Effect], notify: bool = True) -> None:
         """Apply what the core of `ch` asks for (`notify=False`: the caller notifies)."""
         repl = self.replication
         for effect in effects:
@@ -718,6 +719,7 @@ class Wal:
                 producer,
                 on_done,
                 term,
+                flags,
             )
         )
         return future
@@ -793,7 +795,7 @@ class Wal:
                 )
                 if not durable:
                     self._reserve(ch, end)
-                m.count_append(ch.name, item.count, item.value)
+                m.count_append(ch.name, item.count, len(item.value), item.flags)
                 m.append_latency.observe(now - item.accepted_at)
                 if item.producer is not None:
                     ch.inflight.pop(item.producer, None)

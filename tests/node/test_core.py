@@ -4,6 +4,9 @@ invariants (node/core.py; no RocksDB, no gRPC, no event loop)."""
 
 from __future__ import annotations
 
+import itertools
+from dataclasses import replace
+
 import pytest
 
 from streamwal.errors import (
@@ -24,7 +27,9 @@ from streamwal.node.core import (
     Drain,
     Entry,
     Fail,
+    Following,
     InvariantBroken,
+    Leading,
     MarkDurable,
     Notify,
     PChannelCore,
@@ -37,7 +42,7 @@ from streamwal.node.core import (
     Store,
     Truncate,
 )
-from streamwal.node.fencing import AssignOutcome
+from streamwal.node.fencing import AssignOutcome, check_access
 
 A, B, C = Peer(1, "a:1"), Peer(2, "b:2"), Peer(3, "c:3")
 LEAD = ReplicaSet(True, (A, B, C))
@@ -143,6 +148,50 @@ def test_remove_stops_serving_an_older_remove_is_ignored() -> None:
     assert kinds(effects) == ["Notify", "PersistMeta"] and not effects[1].meta.serving
     with pytest.raises(ChannelFenced, match="removed"):
         c.access(2)
+
+
+def test_access_answers_as_check_access_on_the_fence_in_every_state() -> None:
+    """An append's access check reads the open case off the fields (core.access): in
+    every combination of what the fence is made of it must say what check_access says
+    of the Fence, the same error with the same words."""
+    c = assigned(1)
+    base = c.meta
+    roles = [None, Leading(2, [A, B, C], 0), Following(2, B, 0)]
+    grid = itertools.product(
+        [1, 2, 3],  # term asked
+        [(2, 2), (2, 1), (3, 2)],  # (meta.term, meta.assigned_term)
+        [True, False],  # serving
+        [False, True],  # recovering
+        [0, 3],  # taking
+        [None, 4],  # bad_from
+        [0, 5, 20],  # lost_until (the log ends at 10)
+        roles,
+    )
+    checked = 0
+    for term, (t, at), serving, recovering, taking, bad, lost, role in grid:
+        c.meta = replace(base, term=t, assigned_term=at, serving=serving)
+        c.recovering, c.taking, c.bad_from, c.lost_until, c.role = (
+            recovering,
+            taking,
+            bad,
+            lost,
+            role,
+        )
+        c.bad_reason = "" if bad is None else "checksum"
+        c.committed_next = c.next_offset = 10
+        want: Exception | None = None
+        try:
+            check_access(c.fence, c.name, term)
+        except Exception as exc:
+            want = exc
+        try:
+            c.access(term)
+            got: Exception | None = None
+        except Exception as exc:
+            got = exc
+        assert (type(got), str(got)) == (type(want), str(want)), (term, t, at, serving, role)
+        checked += want is None
+    assert checked > 0  # the open case was among them
 
 
 # ----------------------------------------------------------------- offsets and producers
