@@ -12,6 +12,7 @@ burst-time behaviour is the separate round right after its produce runs).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import tempfile
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -33,26 +34,36 @@ async def started_afresh(
     systems: Sequence[System],
 ) -> AsyncIterator[tuple[list[System], dict[str, str]]]:
     """Every system started in a temp dir of its own and all of them up together:
-    (started, {name: why it failed to start}); each started one is stopped at the end."""
+    (started, {name: why it failed to start}); each started one is stopped at the end.
+
+    The systems start concurrently: a start is mostly waiting for a server process to
+    answer, and nine of them one after another cost more than the rounds they serve."""
     errors: dict[str, str] = {}
-    with contextlib.ExitStack() as dirs:
-        started: list[System] = []
+
+    async def start(system: System, workdir: Path) -> System | None:
         try:
-            for system in systems:
-                workdir = Path(dirs.enter_context(tempfile.TemporaryDirectory(prefix="bench-")))
-                try:
-                    await system.start(workdir)
-                except Exception as err:
-                    errors[system.name] = f"{type(err).__name__}: {err}"
-                    with contextlib.suppress(Exception):
-                        await system.stop()
-                    continue
-                started.append(system)
+            await system.start(workdir)
+        except Exception as err:
+            errors[system.name] = f"{type(err).__name__}: {err}"
+            with contextlib.suppress(Exception):
+                await system.stop()
+            return None
+        return system
+
+    async def stop(system: System) -> None:
+        with contextlib.suppress(Exception):
+            await system.stop()
+
+    with contextlib.ExitStack() as dirs:
+        workdirs = [
+            Path(dirs.enter_context(tempfile.TemporaryDirectory(prefix="bench-"))) for _ in systems
+        ]
+        outcomes = await asyncio.gather(*map(start, systems, workdirs))
+        started = [s for s in outcomes if s is not None]
+        try:
             yield started, errors
         finally:
-            for system in started:
-                with contextlib.suppress(Exception):
-                    await system.stop()
+            await asyncio.gather(*map(stop, started))
 
 
 async def interleaved_latency(

@@ -28,6 +28,7 @@ REPLICATED = (
     "it in memory (WAIT 1 after each pipeline); nobody fsyncs before the ack"
 )
 WAIT_MS = 5000  # WAIT's own bound: fewer replicas than asked by then is an error
+MAX_CONNECTIONS = 5000  # one per outstanding open-loop send at most (Plan.max_in_flight)
 
 
 class ReplicaMissing(RuntimeError):
@@ -94,9 +95,10 @@ class RedisStreams(OneServer):
 
     def _client(self) -> aioredis.Redis:
         # redis-py runs concurrent commands on connections of its pool. With a small cap,
-        # the open loop's sends during a server stall (an AOF rewrite's fork) failed with
-        # MaxConnectionsError instead of waiting; the default cap is unbounded.
-        return aioredis.Redis(host=HOST, port=self._port)
+        # the open loop's sends during a server stall (an AOF rewrite's fork, a loaded
+        # machine) fail with MaxConnectionsError instead of waiting; redis-py 8 caps the
+        # pool at 100 unless told, so the cap is the open loop's own (Plan.max_in_flight).
+        return aioredis.Redis(host=HOST, port=self._port, max_connections=MAX_CONNECTIONS)
 
     def _argv(self, port: int, workdir: Path, *extra: str) -> list[str]:
         binary = shutil.which("redis-server") or "/usr/bin/redis-server"

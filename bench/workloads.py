@@ -299,7 +299,17 @@ async def end_to_end(system: System, stream: str, plan: Plan, size: int = 128) -
     handle = await system.producer(stream)
     latencies: list[float] = []
     total = int(plan.e2e_rate * plan.e2e_seconds)
+    failed = 0
     done = asyncio.Event()
+
+    async def send(due: float) -> None:
+        # As in produce_latency: a failed send is counted, and the run goes on (an
+        # exception here used to leave the other sends' exceptions unretrieved).
+        nonlocal failed
+        try:
+            await handle.send_one(_stamped(size, due))
+        except Exception:
+            failed += 1
 
     async def follow() -> None:
         while len(latencies) < total:
@@ -310,18 +320,12 @@ async def end_to_end(system: System, stream: str, plan: Plan, size: int = 128) -
 
     follower = asyncio.create_task(follow())
     try:
-        fired = await _open_loop(
-            plan.e2e_rate,
-            plan.e2e_seconds,
-            plan.max_in_flight,
-            lambda due: handle.send_one(_stamped(size, due)),
-        )
-        if fired < total:
-            total = fired
+        fired = await _open_loop(plan.e2e_rate, plan.e2e_seconds, plan.max_in_flight, send)
+        total = min(total, fired - failed)
         await asyncio.wait_for(done.wait(), timeout=max(10.0, plan.e2e_seconds))
     finally:
         follower.cancel()
         await asyncio.gather(follower, return_exceptions=True)
         await handle.close()
         await reader.close()
-    return {"rate_per_s": plan.e2e_rate, **stats.latency_summary(latencies)}
+    return {"rate_per_s": plan.e2e_rate, "failed": failed, **stats.latency_summary(latencies)}

@@ -35,13 +35,13 @@ from streamwal.client.consumer_group import (
 )
 from streamwal.client.msgstream import MsgStream, TtMsgStream
 from streamwal.client.node_client import ConsumedMessage
+from streamwal.client.policy import DeliverFilter, DeliverPolicy
 from streamwal.client.routing import RoutedConsumer, RoutedProducer
 from streamwal.client.scanner import Handler, Scanner
 from streamwal.client.wal import WAL
 from streamwal.client.wal_txn import WALTxn
 from streamwal.errors import InvalidArgument, StreamingError
 from streamwal.message import ResourceKey, pchannel_of
-from streamwal.proto import streaming_pb2 as pb
 from streamwal.transport import TransportConfig
 
 WAL_NAME = "streamwal"
@@ -158,8 +158,8 @@ class WALAccessor:
     async def consumer(
         self,
         channel: str,
-        policy: pb.DeliverPolicy | None = None,
-        filters: Sequence[pb.DeliverFilter] = (),
+        policy: DeliverPolicy | None = None,
+        filters: Sequence[DeliverFilter] = (),
         *,
         time_ticks: bool = False,
         end_offset: int | None = None,
@@ -259,8 +259,8 @@ class WALAccessor:
     def read(
         self,
         vchannel: str,
-        deliver_policy: pb.DeliverPolicy | None = None,
-        deliver_filters: Sequence[pb.DeliverFilter] = (),
+        deliver_policy: DeliverPolicy | None = None,
+        deliver_filters: Sequence[DeliverFilter] = (),
         handler: Handler | None = None,
         *,
         time_ticks: bool = False,

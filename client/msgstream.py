@@ -33,7 +33,6 @@ from streamwal.client.node_client import ConsumedMessage
 from streamwal.client.policy import DeliverFilter, DeliverPolicy
 from streamwal.errors import InvalidArgument
 from streamwal.message import RESERVED_PREFIX, MsgType
-from streamwal.proto import streaming_pb2 as pb
 from streamwal.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
@@ -238,7 +237,7 @@ class TtMsgStream(MsgStream):
         self._merger = TtMerger(self.consumer_channels, self.sub_name, self._start.values())
         super()._start_consumers()
 
-    def _policy(self, channel: str) -> pb.DeliverPolicy:
+    def _policy(self, channel: str) -> DeliverPolicy:
         start = self._start.get(channel)
         if start is not None:
             return DeliverPolicy.start_after(start.offset)

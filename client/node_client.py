@@ -18,7 +18,7 @@ from grpc import aio
 
 from streamwal.client.consumed import ConsumedBatch, ConsumedMessage
 from streamwal.client.node_streams import open_stream
-from streamwal.client.policy import DeliverPolicy
+from streamwal.client.policy import DeliverFilter, DeliverPolicy
 from streamwal.client.producer import Appended, Producer
 from streamwal.errors import StreamingError, Unavailable
 from streamwal.grpc_errors import from_rpc_error
@@ -367,13 +367,14 @@ class NodeClient:
         self,
         pchannel: str,
         term: int,
-        policy: pb.DeliverPolicy | None = None,
-        filters: Sequence[pb.DeliverFilter] = (),
+        policy: DeliverPolicy | None = None,
+        filters: Sequence[DeliverFilter] = (),
         *,
-        time_ticks: bool = True,
+        time_ticks: bool = False,
         end_offset: int | None = None,
     ) -> Consumer:
-        """Read `pchannel` from `policy` on; `time_ticks=False` leaves out TimeTick messages;
+        """Read `pchannel` from `policy` on; `time_ticks=True` also delivers the node's
+        TimeTick messages (left out by default, as on the routed consumers);
         with `end_offset` the iteration ends once every offset below it was delivered."""
         consumer = Consumer(
             self._channel,
@@ -404,9 +405,9 @@ class Consumer:
         channel: aio.Channel,
         pchannel: str,
         term: int,
-        policy: pb.DeliverPolicy,
-        filters: Sequence[pb.DeliverFilter],
-        time_ticks: bool = True,
+        policy: DeliverPolicy,
+        filters: Sequence[DeliverFilter],
+        time_ticks: bool = False,
         end_offset: int | None = None,
     ) -> None:
         self.pchannel = pchannel
@@ -425,8 +426,8 @@ class Consumer:
     async def open(self) -> None:
         header = pb.CreateConsumerRequest(
             pchannel=pb.PChannelInfo(name=self.pchannel, term=self.term),
-            deliver_policy=self._policy,
-            deliver_filters=self._filters,
+            deliver_policy=self._policy.to_proto(),
+            deliver_filters=[f.to_proto() for f in self._filters],
             options=pb.ConsumerOptions(
                 batched=True, skip_time_ticks=not self._time_ticks, end_offset=self._end_offset
             ),

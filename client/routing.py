@@ -35,12 +35,11 @@ import grpc
 from streamwal.client.consumed import ConsumedMessage
 from streamwal.client.discovery import AssignmentWatcher, NoRoute, Route
 from streamwal.client.node_client import NodeClient
-from streamwal.client.policy import DeliverPolicy
+from streamwal.client.policy import DeliverFilter, DeliverPolicy
 from streamwal.client.produce_ledger import Op
 from streamwal.client.producer import Appended, Producer, fail_ops
 from streamwal.client.txn import Txn
 from streamwal.errors import OnShutdown, StreamingError, Unavailable, is_fencing_error
-from streamwal.proto import streaming_pb2 as pb
 from streamwal.transport import TransportConfig
 
 log = logging.getLogger("streamwal.client.routing")
@@ -426,8 +425,8 @@ class RoutedConsumer:
         self,
         router: Router,
         pchannel: str,
-        policy: pb.DeliverPolicy | None = None,
-        filters: Sequence[pb.DeliverFilter] = (),
+        policy: DeliverPolicy | None = None,
+        filters: Sequence[DeliverFilter] = (),
         *,
         time_ticks: bool = False,
         end_offset: int | None = None,

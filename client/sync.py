@@ -14,6 +14,7 @@ from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from streamwal.client.node_client import Appended, ConsumedMessage, NodeClient
+from streamwal.client.policy import DeliverFilter, DeliverPolicy
 from streamwal.client.txn import Txn, TxnResult
 from streamwal.proto import streaming_pb2 as pb
 from streamwal.transport import TransportConfig
@@ -220,10 +221,10 @@ class SyncNodeClient:
         self,
         pchannel: str,
         term: int,
-        policy: pb.DeliverPolicy | None = None,
-        filters: Sequence[pb.DeliverFilter] = (),
+        policy: DeliverPolicy | None = None,
+        filters: Sequence[DeliverFilter] = (),
         *,
-        time_ticks: bool = True,
+        time_ticks: bool = False,
         end_offset: int | None = None,
         timeout: float | None = None,
     ) -> SyncConsumer:

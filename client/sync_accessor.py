@@ -18,12 +18,12 @@ from streamwal.client.consumed import ConsumedMessage
 from streamwal.client.consumer_group import GroupConsumer, GroupDescription
 from streamwal.client.msgstream import EARLIEST, MsgStream
 from streamwal.client.msgstream_types import MsgPack, MsgPosition, RepackFunc
+from streamwal.client.policy import DeliverFilter, DeliverPolicy
 from streamwal.client.scanner import Handler, Scanner
 from streamwal.client.sync import SyncConsumer, SyncProducer, _Portal
 from streamwal.client.txn import TxnResult
 from streamwal.client.wal_txn import WALTxn
 from streamwal.message import ResourceKey
-from streamwal.proto import streaming_pb2 as pb
 
 
 class SyncScanner:
@@ -197,8 +197,8 @@ class SyncWALAccessor:
     def read(
         self,
         vchannel: str,
-        deliver_policy: pb.DeliverPolicy | None = None,
-        deliver_filters: Sequence[pb.DeliverFilter] = (),
+        deliver_policy: DeliverPolicy | None = None,
+        deliver_filters: Sequence[DeliverFilter] = (),
         handler: Handler | None = None,
         *,
         time_ticks: bool = False,
@@ -232,8 +232,8 @@ class SyncWALAccessor:
     def consumer(
         self,
         channel: str,
-        policy: pb.DeliverPolicy | None = None,
-        filters: Sequence[pb.DeliverFilter] = (),
+        policy: DeliverPolicy | None = None,
+        filters: Sequence[DeliverFilter] = (),
         *,
         time_ticks: bool = False,
         end_offset: int | None = None,

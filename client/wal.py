@@ -22,11 +22,10 @@ from collections.abc import Sequence
 from contextlib import suppress
 
 from streamwal.client.discovery import AssignmentWatcher, NoRoute, Route
-from streamwal.client.policy import DeliverFilter
+from streamwal.client.policy import DeliverFilter, DeliverPolicy
 from streamwal.client.routing import RoutedConsumer, RoutedProducer, Router
 from streamwal.errors import ChannelNotExist
 from streamwal.message import pchannel_of
-from streamwal.proto import streaming_pb2 as pb
 from streamwal.transport import TransportConfig
 
 
@@ -82,8 +81,8 @@ class WAL:
     async def consumer(
         self,
         channel: str,
-        policy: pb.DeliverPolicy | None = None,
-        filters: Sequence[pb.DeliverFilter] = (),
+        policy: DeliverPolicy | None = None,
+        filters: Sequence[DeliverFilter] = (),
         *,
         time_ticks: bool = False,
         end_offset: int | None = None,

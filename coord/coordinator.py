@@ -37,6 +37,7 @@ from streamwal.coord.liveness import (
     Liveness,
     LivenessTracker,
     LossPolicy,
+    refused,
 )
 from streamwal.coord.memory import Memory, NodeReport
 from streamwal.coord.meta_store import MetaStore, check_name
@@ -110,6 +111,7 @@ class Coordinator:
         # alone (the simulator, whose clock is virtual).
         self.pinger = pinger
         self._held: list[int] = []
+        self._down_at: dict[int, float] = {}  # nodes known dead (tracker.down) and since when
         self.records = ChannelRecords(store, self.metrics)
         self.memory = Memory()
         self.executor = Executor(
@@ -498,7 +500,11 @@ class Coordinator:
         its old node (`fields["old_node"]`) was declared lost."""
         fields = dict(done.fields)
         old_node = fields.get("old_node")
-        lost_at = self.memory.lost_at.get(old_node) if old_node is not None else None
+        lost_at = (
+            self._down_at.get(old_node, self.memory.lost_at.get(old_node))
+            if old_node is not None
+            else None
+        )
         if done.reason == "failover" and lost_at is not None:
             seconds = self.clock() - lost_at
             self.metrics.failovers.inc()
@@ -529,7 +535,7 @@ class Coordinator:
 
     async def _probe(self, node: int) -> None:
         started = self.clock()
-        ok = False
+        ok = gone = False
         address = self.config.nodes.get(node)
         if address is None:
             return  # left the node set since the probe was scheduled
@@ -548,23 +554,39 @@ class Coordinator:
                 report = NodeReport.of(started, status.channels)
                 self.memory.observe(node, report)
                 self._replica_metrics(node, report)
-        except StreamingError:
-            pass
+        except StreamingError as err:
+            gone = refused(str(err))
         if self.config.nodes.get(node) != address:
             return  # the node left (or moved) while we asked it
         now = self.clock()
         self._feed_pings(now)  # pings that arrived meanwhile count first
-        change = self.tracker.observe(node, ok, now)
+        change = self.tracker.observe(node, ok, now, gone)
         if change is not None:
             self._on_transition(node, change.after)
+        if self.pinger is not None and self.tracker.wants_ping(node):
+            self.pinger.poke()
+        self._note_down(now)
         if ok and pl.needs_action(node, self._snapshot()):
             self.wake()
 
     def _feed_pings(self, now: float) -> None:
         """Hand the pinger's outcomes to the tracker, before anything else is judged."""
         heard = self.pinger.drain() if self.pinger is not None else ()
-        for change in self.tracker.heard_all(((h.node, h.ok, h.at) for h in heard), now):
+        outcomes = ((h.node, h.ok, h.at, h.refused) for h in heard)
+        for change in self.tracker.heard_all(outcomes, now):
             self._on_transition(change.node, change.after)
+        self._note_down(now)
+
+    def _note_down(self, now: float) -> None:
+        """A node newly known dead wakes the planner (its replicated leaderships fail over
+        at once); one that answers again is forgotten."""
+        down = self.tracker.down()
+        for node in set(self._down_at) - down:
+            del self._down_at[node]
+        for node in sorted(down - set(self._down_at)):
+            self._down_at[node] = now
+            log.warning("node down: its ports refuse connections", extra={"node": node})
+            self.wake()
 
     def _watch_probe_port(self, node: int, address: str, port: int) -> None:
         """Ping the probe port the node names (on its gRPC host); none: stop pinging."""
@@ -691,6 +713,7 @@ class Coordinator:
             live=frozenset(self.tracker.live()),
             lost=frozenset(n for n in nodes if self.tracker.state(n) == Liveness.LOST),
             rechecked=rechecked,
+            down=frozenset(self._down_at),
         )
 
     def _round(

@@ -23,6 +23,7 @@ from functools import partial
 
 import grpc
 
+from streamwal.coord.liveness import refused
 from streamwal.proto import wire_pb2
 from streamwal.transport import TransportConfig, make_sync_channel
 
@@ -34,6 +35,7 @@ class Heard:
     node: int
     ok: bool
     at: float  # monotonic time the outcome arrived
+    refused: bool = False  # the connection was refused: nothing listens there
 
 
 # A ping's deadline, in probe intervals. A ping that answers late is still a success:
@@ -77,6 +79,10 @@ class Pinger:
             elif self._targets.get(node) != address:
                 self._targets[node] = address
                 self._wake.set()
+
+    def poke(self) -> None:
+        """Ping every watched node now (a refused status probe wants the second opinion)."""
+        self._wake.set()
 
     def drain(self) -> list[Heard]:
         """The outcomes that arrived since the last call, oldest first."""
@@ -128,10 +134,14 @@ class Pinger:
             self._wake.clear()
 
     def _done(self, node: int, future: grpc.Future) -> None:
-        ok = False
-        if not future.cancelled() and future.exception() is None:
+        ok = gone = False
+        if future.cancelled():
+            pass
+        elif (error := future.exception()) is None:
             answer: wire_pb2.PingResponse = future.result()
             ok = answer.server_id in (0, node) and answer.loop_stall_ms <= self.max_stall_ms
+        else:
+            gone = isinstance(error, grpc.RpcError) and refused(str(error.details()))
         with self._lock:
             self._pending.discard(node)
-            self._heard.append(Heard(node, ok, self._clock()))
+            self._heard.append(Heard(node, ok, self._clock(), gone))

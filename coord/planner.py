@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from streamwal.coord import balancer, catch_up
@@ -73,6 +73,7 @@ class Observations:
     live: frozenset[int]  # answered recently: may get new pchannels
     lost: frozenset[int] = frozenset()  # declared lost (past the grace period)
     rechecked: frozenset[str] = frozenset()  # reported by clients, not served by the owner
+    down: frozenset[int] = frozenset()  # known dead (liveness.LivenessTracker.down)
 
 
 # ----------------------------------------------------------------- jobs
@@ -352,6 +353,8 @@ def _replicated(
         stored = replicated[name]
         record = stored.record
         view = channel_view(record, memory, now)
+        if view.leader is not None and rs.leader_down(view, alive, seen.down):
+            view = replace(view, missing=view.missing | {view.leader})
         avoided = snapshot.drained | unfit(record, snapshot)
         step = rs.next_step(view, alive, seen.live, avoided, loads, spread(record, snapshot))
         if isinstance(step, rs.TermChange):

@@ -27,10 +27,11 @@ Effects: `PersistMeta`, `MarkDurable` (the acknowledged-offset ledger), `Answer`
 record), `Notify` (wake consumers and streams), and the steps `Drain`, `Verify`,
 `CatchUp`, `Truncate`, `Store`.
 
-Every input ends with `check()`: first <= durable <= next, the commit never moves back and
-never passes the durable end, terms never decrease. The rules themselves live in the pure
-modules this one sequences: fencing.py, replication_rules.py, divergence.py,
-producers.py, clock.py.
+Every input that moves an offset, the commit or the term ends with `check()`: first <=
+durable <= next, the commit never moves back and never passes the durable end, terms
+never decrease (`append` only raises `next_offset`; its `written` checks). The rules
+themselves live in the pure modules this one sequences: fencing.py, replication_rules.py,
+divergence.py, producers.py, clock.py.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import itertools
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from streamwal.errors import (
     ChannelFenced,
@@ -127,9 +128,10 @@ class PersistMeta:
     meta: ChannelMeta
 
 
-@dataclass(frozen=True)
-class MarkDurable:
-    """The log is durable up to `end`: the acknowledged-offset ledger may say so."""
+class MarkDurable(NamedTuple):
+    """The log is durable up to `end`: the acknowledged-offset ledger may say so. (A
+    NamedTuple, as `Accepted`: one is made per append, and a frozen dataclass's
+    __init__ costs several times a tuple's.)"""
 
     end: int
 
@@ -175,6 +177,7 @@ class Notify:
 
 
 _NOTIFY = Notify()
+_NOTIFY_ONLY: tuple[Effect, ...] = (_NOTIFY,)
 
 
 @dataclass(frozen=True)
@@ -251,8 +254,7 @@ Effect = (
 Steps = Generator[Effect, Any, Any]
 
 
-@dataclass(frozen=True)
-class Accepted:
+class Accepted(NamedTuple):
     """An append's offsets and ticks: write the record, then report `written`."""
 
     base: int
@@ -372,6 +374,7 @@ class PChannelCore:
         if self.committed_next < ledger_mark:
             self.lost_until = ledger_mark
         self.unclean_cuts = 0  # cuts below the commit offset (an unclean failover)
+        self.unled_term = 0  # a term whose leader role ended on a failed write: never led again
         self._high_term = meta.term
         self._high_commit = commit or 0
         self.check()
@@ -464,7 +467,22 @@ class PChannelCore:
     # ----------------------------------------------------------------- clients
 
     def access(self, term: int) -> None:
-        """Raises the error a Produce or Consume under `term` must get, if any."""
+        """Raises the error a Produce or Consume under `term` must get, if any.
+
+        Every append asks, so the open case -- `term` assigned and served here, nothing
+        in the way -- is read off the fields; anything else builds the Fence and lets
+        check_access name the error (tests/node/test_core.py checks the two agree)."""
+        meta = self.meta
+        if (
+            term == meta.term == meta.assigned_term
+            and meta.serving
+            and not self.recovering
+            and not self.taking
+            and self.bad_from is None
+            and self.committed_next >= self.lost_until
+            and not isinstance(self.role, Following)
+        ):
+            return
         check_access(self.fence, self.name, term)
 
     def append(
@@ -500,7 +518,8 @@ class PChannelCore:
         if producer is not None and state is not None:
             state.add(producer[1], BatchResult(base, first_tick, count))
             self.in_flight.add(producer)
-        self.check()
+        # No check() here: an append only raises `next_offset` (count >= 0), which keeps
+        # every invariant; `written` checks them all once the record is durable.
         return Accepted(base, first_tick)
 
     def skip(self, end: int, now_ms: int) -> tuple[int, Accepted] | None:
@@ -563,41 +582,57 @@ class PChannelCore:
         term: int,
         producer: tuple[str, int] | None,
         ledger: bool,
-    ) -> list[Effect]:
+    ) -> Sequence[Effect]:
         """An append of `term` is durable (`size` bytes; group commit order: offsets in
         order); `ledger`: the ledger may mark it now (synced durability). The last
         record's term is the record's, not the pchannel's: a fence raises that before the
-        writes in flight drain, and a stale log must not look newer than it is."""
+        writes in flight drain, and a stale log must not look newer than it is. Called
+        once per record: a single replica's effects come as one small tuple."""
         if base != self.committed_next:
             raise InvariantBroken(
                 f"{self.name}: write at {base}, durable end {self.committed_next}"
             )
-        self.committed_next = base + count
+        end = self.committed_next = base + count
         self.size_bytes += size
         self.last_term = term
         if producer is not None:
             self.in_flight.discard(producer)
-        out: list[Effect] = []
-        if ledger:
-            self.ledger_mark = max(self.ledger_mark, self.committed_next)
-            out.append(MarkDurable(self.committed_next))
-        if self.role is not None:
-            out.extend(self.advance())
+        if ledger and end > self.ledger_mark:
+            self.ledger_mark = end
+        if self.role is None:
+            self.check()
+            return (MarkDurable(end), _NOTIFY) if ledger else _NOTIFY_ONLY
+        out: list[Effect] = [MarkDurable(end)] if ledger else []
+        out.extend(self.advance())
         out.append(_NOTIFY)
         self.check()
         return out
 
     def write_failed(self, producers: Iterable[tuple[str, int]]) -> list[Effect]:
         """A group commit failed: forget what never became durable (a resend is then
-        appended for real) and hand out the lost offsets again."""
+        appended for real) and hand out the lost offsets again.
+
+        A leader's followers may hold those records already (they are streamed while the
+        leader's fsync runs): the same offsets handed out again under this term would be
+        two different records at one (term, offset), which no history tells apart. So a
+        leader's role ends and the pchannel waits for an Assign, as after a restart: the
+        coord moves it under a new term, whose history cuts the followers' extra records
+        unless they are chosen to lead (none of them was acknowledged)."""
         for pid, seq in producers:
             self.in_flight.discard((pid, seq))
             state = self.producers.get(pid)
             if state is not None:
                 state.forget(seq)
         self.next_offset = self.committed_next
+        out: list[Effect] = [Notify()]
+        if isinstance(self.role, Leading):
+            self.recovering = True
+            self.unled_term = self.term
+            out = self._stop_role(
+                ChannelFenced(f"pchannel {self.name!r}: a write failed, its leader role ended")
+            )
         self.check()
-        return [Notify()]
+        return out
 
     def durable(self, end: int) -> None:
         """The ledger marks the log durable up to `end` (async durability's periodic
@@ -668,6 +703,11 @@ class PChannelCore:
             self.commit = self._high_commit = self.committed_next
         members = list(rs.members)
         current = self.role
+        if rs.leading and self.unled_term == self.term:
+            raise ChannelFenced(
+                f"pchannel {self.name!r}: a write failed while leading term {self.term}; "
+                "it is led again only under a new term"
+            )
         if rs.leading:
             if isinstance(current, Leading) and current.term == self.term:
                 kept = {m.node_id for m in members}

@@ -137,19 +137,19 @@ class NodeMetrics:
         (connections, streams, buffered bytes, txns), how much is held at scrape time."""
         self.registry.register(_LimitCollector(configured, usage))
 
-    def count_append(self, pchannel: str, count: int, record: bytes) -> None:
-        """A durable record of `count` messages: the node's own time ticks and internal
-        records (cursor snapshots) are counted apart from the messages clients sent, so
-        an idle pchannel does not look like it takes traffic."""
+    def count_append(self, pchannel: str, count: int, size: int, flags: int) -> None:
+        """A durable record of `count` messages, `size` bytes with `flags`
+        (records.FLAG_*): the node's own time ticks and internal records (cursor
+        snapshots) are counted apart from the messages clients sent, so an idle pchannel
+        does not look like it takes traffic."""
         totals = self._appended.get(pchannel)
         if totals is None:
             totals = self._appended[pchannel] = [0, 0, 0]
-        flags = records.peek_flags(record)
         if flags & records.FLAG_TIME_TICK:
             totals[2] += count
         elif not flags & records.INTERNAL_FLAGS:
             totals[0] += count
-        totals[1] += len(record)
+        totals[1] += size
 
     def delivered(self, pchannel: str) -> list[int]:
         """[messages] delivered to consumers of `pchannel` (no time ticks): add in place."""

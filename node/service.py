@@ -29,7 +29,6 @@ from streamwal.errors import (
 from streamwal.grpc_errors import status_for, trailing
 from streamwal.node import delivery, records, validation
 from streamwal.node.channel import Channel
-from streamwal.node.fencing import check_access
 from streamwal.node.limits import LimitExceeded
 from streamwal.node.produce_stream import (
     Answer,
@@ -519,7 +518,7 @@ class NodeService:
             if end is not None and position >= end:
                 return None  # a bounded read is complete: close the stream
             try:
-                check_access(ch.fence, ch.name, term)
+                ch.core.access(term)
             except StreamingError as err:
                 return err
             if not self.serving:

@@ -17,7 +17,6 @@ from streamwal.errors import InvalidArgument, StreamingError
 from streamwal.ids import encode_offset
 from streamwal.message import pchannel_of
 from streamwal.node import records, validation
-from streamwal.node.fencing import check_access
 from streamwal.proto import streaming_pb2 as pb
 
 if TYPE_CHECKING:
@@ -40,7 +39,7 @@ def handle(stream: ProduceStream, req: pb.TxnRequest) -> None:
         if op == "commit":
             _commit(stream, req.commit, answer, fail, now)
             return
-        check_access(stream.ch.fence, stream.ch.name, stream.term)
+        stream.ch.core.access(stream.term)
         if op == "begin":
             resp = _begin(stream, req.begin, answer, now)
         elif op == "append":

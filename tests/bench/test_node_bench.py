@@ -56,3 +56,17 @@ def test_bench_node_with_three_replicas_acknowledges_at_quorum(tmp_path: Path) -
     for key in ("produce_msgs_per_s", "produce_p99_ms", "consume_msgs_per_s"):
         assert result[key] > 0, key
     assert result["followers_caught_up_s"] >= 0 and "restart_s" not in result
+
+
+def test_append_cpu_prints_the_cpu_per_append_as_json() -> None:
+    """The in-process CPU-per-append measure (docs/benchmarks.md): runs on this tree's Wal."""
+    out = subprocess.run(
+        [sys.executable, "-m", "streamwal.bench.append_cpu", "--appends", "200", "--repeat", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert set(result) == {"plain_cpu_us_per_append", "producer_cpu_us_per_append"}
+    assert all(0 < v < 10_000 for v in result.values()), result

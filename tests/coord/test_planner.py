@@ -70,6 +70,7 @@ def round_of(
     memory: Memory | None = None,
     drained=(),
     rechecked=(),
+    down=(),
     rebalance=False,
     max_moves=1,
     now=100.0,
@@ -94,6 +95,7 @@ def round_of(
         live=frozenset(alive if live is None else live),
         lost=frozenset(set(nodes) - set(alive)),
         rechecked=frozenset(rechecked),
+        down=frozenset(down),
     )
     return pl.plan(snapshot, seen, now)
 
@@ -316,6 +318,18 @@ REPLICATED_ROUNDS = {
     "a half-done term change resumes under a new term": (
         dict(records=[replicated("r", state=sm.ASSIGNING, term=4)]),
         [("term", "r", "resume", (1, 2, 3))],
+    ),
+    "leader known dead (ports refuse), within the grace: failover at once, set kept": (
+        dict(records=[replicated("r")], live=(2, 3, 4), down=(1,)),
+        [("term", "r", "failover", (1, 2, 3))],
+    ),
+    "leader and a follower known dead: no clean failover, the grace decides": (
+        dict(records=[replicated("r")], live=(3, 4), down=(1, 2)),
+        [],
+    ),
+    "a follower known dead: nothing before the grace": (
+        dict(records=[replicated("r")], live=(1, 3, 4), down=(2,)),
+        [],
     ),
     "a follower lost while a spare is live: reconfigured": (
         dict(records=[replicated("r")], alive=(1, 2, 4)),

@@ -21,7 +21,7 @@ from grpc import aio
 from prometheus_client.parser import text_string_to_metric_families
 
 from streamwal.client.node_client import ConsumedMessage, Consumer, NodeClient
-from streamwal.client.policy import DeliverPolicy
+from streamwal.client.policy import DeliverFilter, DeliverPolicy
 from streamwal.grpc_errors import from_rpc_error
 from streamwal.ids import decode_offset
 from streamwal.message import PROP_TERM, PROP_TIME_TICK, PROP_TYPE, MsgType
@@ -233,14 +233,14 @@ class RawConsumer:
         address: str,
         pchannel: str,
         term: int,
-        policy: pb.DeliverPolicy | None = None,
-        filters: Sequence[pb.DeliverFilter] = (),
+        policy: DeliverPolicy | None = None,
+        filters: Sequence[DeliverFilter] = (),
     ) -> None:
         self._channel = make_channel(address)
         header = pb.CreateConsumerRequest(
             pchannel=pb.PChannelInfo(name=pchannel, term=term),
-            deliver_policy=policy,
-            deliver_filters=list(filters),
+            deliver_policy=policy.to_proto() if policy else None,  # None: the seed's unset
+            deliver_filters=[f.to_proto() for f in filters],
         )
         method = self._channel.stream_stream(
             HANDLER + "Consume",

@@ -253,9 +253,9 @@ async def test_configured_message_limit(start_node, pchannel) -> None:
             {"deliver_policy": pb.DeliverPolicy(start_from=pb.MessageID(id=b"\x01\x02"))},
             "bad MessageID",
         ),
-        ({"deliver_policy": DeliverPolicy.start_from(10**6)}, "past the end of the log"),
+        ({"deliver_policy": DeliverPolicy.start_from(10**6).to_proto()}, "past the end of the log"),
         (
-            {"deliver_filters": [DeliverFilter.vchannel("a"), DeliverFilter.vchannel("b")]},
+            {"deliver_filters": [DeliverFilter.vchannel(v).to_proto() for v in ("a", "b")]},
             "at most one vchannel",
         ),
         ({"deliver_filters": [pb.DeliverFilter()]}, "empty DeliverFilter"),

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
+import time
 from base64 import b64decode
 from pathlib import Path
 
 import pytest
 
-from streamwal.testing.local_node import LocalNode
+from streamwal.testing.local_node import LocalNode, free_port
+from tests.support import readme_blocks
 
 STREAMWAL = str(Path(sys.executable).parent / "streamwal")
 
@@ -55,9 +58,11 @@ def test_produce_and_consume(node: LocalNode) -> None:
     proc = run("produce", *addr, "--assign", "--count", "5000", "--size", "64", "--progress")
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["messages"] == 5000
-    # dense offsets; an idle TimeTick may precede them if the CLI started slowly
+    # Dense offsets. Idle TimeTicks (one per 200 ms) precede them for as long as the CLI
+    # takes from its Assign to its first batch, so how many depends on the machine's load;
+    # that nothing but ticks does is checked below (the first message consumed is `first`).
     first = summary["first_offset"]
-    assert summary["last_offset"] == first + 4999 and first <= 1
+    assert summary["last_offset"] == first + 4999
     assert summary["msgs_per_s"] > 0
     assert "5000/5000" in proc.stderr  # the progress bar
     lines = run("produce", *addr, "--vchannel", "cli_v1", "--no-progress", stdin="a\nb\nc\n")
@@ -114,10 +119,9 @@ def test_sync_client(node: LocalNode) -> None:
             rest = producer.send_many([b"two", b"three"])
         assert [r.offset for r in rest] == [first.offset + 1, first.offset + 2]
         consumer = client.consumer("sync", 1, timeout=10)
-        got = []
+        got = []  # no time ticks: the node tier's default, as the routed consumers'
         for m in consumer:
-            if m.msg_type != 1200:
-                got.append(m)
+            got.append(m)
             if len(got) == 3:
                 break
         assert [m.payload for m in got] == [b"one", b"two", b"three"]
@@ -126,19 +130,57 @@ def test_sync_client(node: LocalNode) -> None:
         client.close()
 
 
-def test_the_readme_node_client_program_runs_twice(node: LocalNode) -> None:
-    """README's "A node by hand" Python program, as a file, against a node (its address
-    swapped in): complete (no top-level await) and repeatable."""
-    import re
+def test_the_readme_node_by_hand_section(tmp_path: Path) -> None:
+    """README's "A node by hand", as a user runs it from the checkout: the node started in
+    the background (its ports, data dir and the virtualenv's path swapped for the test's),
+    produce, consume and the metrics read with curl; then its Python program, pasted into
+    a file, twice: complete (no top-level await) and repeatable."""
+    ((sh, commands), (python, program)) = readme_blocks("node-by-hand")
+    assert (sh, python) == ("sh", "python")
+    port, metrics = free_port(), free_port()
+    swaps = {
+        "127.0.0.1:19530": f"127.0.0.1:{port}",
+        "127.0.0.1:9091": f"127.0.0.1:{metrics}",
+        "/tmp/sw": str(tmp_path / "sw"),
+        ".venv/bin/": f"{Path(sys.executable).parent}/",
+    }
+    for old, new in swaps.items():
+        assert old in commands + program, old
+        commands, program = commands.replace(old, new), program.replace(old, new)
+    first, *rest = commands.splitlines()
+    assert first.endswith(" &"), first
+    node = subprocess.Popen(["bash", "-c", f"exec {first[:-2]}"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not _listening(port):  # the user types the next command once it is up
+            assert node.poll() is None and time.monotonic() < deadline, "node did not start"
+            time.sleep(0.05)
+        out = []
+        for command in rest:
+            done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", command],
+                                  capture_output=True, text=True, timeout=90)  # fmt: skip
+            assert done.returncode == 0, f"{command}: {done.stderr[-2000:]}"
+            out.append(done.stdout)
+        produced, consumed, scraped = out
+        assert json.loads(produced.splitlines()[-1])["messages"] == 10000
+        assert len([json.loads(line) for line in consumed.splitlines()]) == 3
+        assert 'streamwal_appended_messages_total{pchannel="ch-0"} 10000.0' in scraped
+        for _ in range(2):
+            done = subprocess.run(
+                [sys.executable, "-c", program], capture_output=True, text=True, timeout=60
+            )
+            assert done.returncode == 0, done.stderr
+            assert done.stdout.strip().endswith("b'hello'")
+    finally:
+        node.terminate()
+        try:
+            node.wait(30)
+        except subprocess.TimeoutExpired:
+            node.kill()
+            node.wait(10)
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    (program,) = [
-        b for b in re.findall(r"```python\n(.*?)```", readme, re.DOTALL) if "NodeClient(" in b
-    ]
-    program = program.replace("127.0.0.1:19530", node.address)
-    for _ in range(2):
-        done = subprocess.run(
-            [sys.executable, "-c", program], capture_output=True, text=True, timeout=60
-        )
-        assert done.returncode == 0, done.stderr
-        assert done.stdout.strip().endswith("b'hello'")
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0

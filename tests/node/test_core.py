@@ -4,6 +4,9 @@ invariants (node/core.py; no RocksDB, no gRPC, no event loop)."""
 
 from __future__ import annotations
 
+import itertools
+from dataclasses import replace
+
 import pytest
 
 from streamwal.errors import (
@@ -24,7 +27,9 @@ from streamwal.node.core import (
     Drain,
     Entry,
     Fail,
+    Following,
     InvariantBroken,
+    Leading,
     MarkDurable,
     Notify,
     PChannelCore,
@@ -37,7 +42,7 @@ from streamwal.node.core import (
     Store,
     Truncate,
 )
-from streamwal.node.fencing import AssignOutcome
+from streamwal.node.fencing import AssignOutcome, check_access
 
 A, B, C = Peer(1, "a:1"), Peer(2, "b:2"), Peer(3, "c:3")
 LEAD = ReplicaSet(True, (A, B, C))
@@ -145,6 +150,50 @@ def test_remove_stops_serving_an_older_remove_is_ignored() -> None:
         c.access(2)
 
 
+def test_access_answers_as_check_access_on_the_fence_in_every_state() -> None:
+    """An append's access check reads the open case off the fields (core.access): in
+    every combination of what the fence is made of it must say what check_access says
+    of the Fence, the same error with the same words."""
+    c = assigned(1)
+    base = c.meta
+    roles = [None, Leading(2, [A, B, C], 0), Following(2, B, 0)]
+    grid = itertools.product(
+        [1, 2, 3],  # term asked
+        [(2, 2), (2, 1), (3, 2)],  # (meta.term, meta.assigned_term)
+        [True, False],  # serving
+        [False, True],  # recovering
+        [0, 3],  # taking
+        [None, 4],  # bad_from
+        [0, 5, 20],  # lost_until (the log ends at 10)
+        roles,
+    )
+    checked = 0
+    for term, (t, at), serving, recovering, taking, bad, lost, role in grid:
+        c.meta = replace(base, term=t, assigned_term=at, serving=serving)
+        c.recovering, c.taking, c.bad_from, c.lost_until, c.role = (
+            recovering,
+            taking,
+            bad,
+            lost,
+            role,
+        )
+        c.bad_reason = "" if bad is None else "checksum"
+        c.committed_next = c.next_offset = 10
+        want: Exception | None = None
+        try:
+            check_access(c.fence, c.name, term)
+        except Exception as exc:
+            want = exc
+        try:
+            c.access(term)
+            got: Exception | None = None
+        except Exception as exc:
+            got = exc
+        assert (type(got), str(got)) == (type(want), str(want)), (term, t, at, serving, role)
+        checked += want is None
+    assert checked > 0  # the open case was among them
+
+
 # ----------------------------------------------------------------- offsets and producers
 
 
@@ -190,6 +239,42 @@ def test_a_leader_commits_on_a_majority_and_answers_its_waiters() -> None:
     assert c.acked(2, 1, 3, sent=5) == [Notify()] and c.commit == 3
     assert c.acked(2, 1, 5, sent=5) == [Answer(("w",)), Notify()] and c.commit == 5
     assert c.visible_next == 5
+
+
+def test_followers_ahead_of_the_leaders_fsync_commit_only_what_it_made_durable() -> None:
+    """Records reach the followers while the leader's own fsync runs: both may acknowledge
+    more than the leader holds durably; the commit stops at the leader's durable end."""
+    c = assigned(1, LEAD)
+    write_all(c, 1)  # the new leader's tick
+    c.append(1, 4, 1000)  # on its way to the disk, and to the followers
+    assert c.wait_commit(1, 5, "w") == []
+    c.open_stream(2, 1, [], 1)
+    c.open_stream(3, 1, [], 1)
+    c.acked(2, 1, 5, sent=5)
+    c.acked(3, 1, 5, sent=5)
+    assert c.commit == 1 and c.visible_next == 1  # a majority holds 5; the leader 1
+    effects = c.written(1, 4, 40, 1, None, ledger=True)
+    assert Answer(("w",)) in effects and c.commit == 5
+
+
+def test_a_leaders_failed_write_ends_its_role_until_a_new_term() -> None:
+    """Its followers may hold the failed records: the offsets are not handed out again
+    under that term (two records at one term and offset), so the role ends, the pchannel
+    waits for an Assign, and only a new term is led here."""
+    c = assigned(1, LEAD)
+    write_all(c, 1)
+    c.append(1, 4, 1000)
+    assert c.wait_commit(1, 5, "w") == []
+    effects = c.write_failed([])
+    assert isinstance(effects[0], Fail) and effects[0].tokens == ("w",)
+    assert c.role is None and (c.committed_next, c.next_offset) == (1, 1)
+    with pytest.raises(ChannelNotExist, match="recovering"):
+        c.append(1, 1, 1000)
+    assert not c.reported  # the coord sees its leader missing: a term change
+    with pytest.raises(ChannelFenced, match="only under a new term"):
+        run(c.assign(1, LEAD))
+    run(c.assign(2, LEAD))
+    assert c.role is not None and c.append(2, 1, 1000).base == 1
 
 
 def test_older_terms_records_commit_only_with_one_of_the_leaders_own_term() -> None:

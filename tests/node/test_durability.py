@@ -87,7 +87,7 @@ async def _read_log(address: str, pch: str) -> list[ConsumedMessage]:
     async with NodeClient(address) as c:
         await c.wait_ready(30)
         await c.assign(pch, 1)  # a restarted node serves once re-assigned (idempotent)
-        consumer = await c.consumer(pch, 1, DeliverPolicy.all())
+        consumer = await c.consumer(pch, 1, DeliverPolicy.all(), time_ticks=True)
         end = consumer.next_offset
         msgs = await read_through(consumer, end - 1, timeout=60) if end else []
         await consumer.close()

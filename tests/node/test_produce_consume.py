@@ -21,7 +21,6 @@ import pytest
 from streamwal.client.node_client import NodeClient
 from streamwal.client.policy import DeliverFilter, DeliverPolicy
 from streamwal.ids import decode_offset
-from streamwal.proto import streaming_pb2 as pb
 from streamwal.testing.local_node import LocalNode
 from tests.node.helpers import RawConsumer, RawProducer, is_tick, read_data
 
@@ -130,7 +129,7 @@ async def _read_case(
     deadline = time.monotonic() + 20
     if consumer_path == "batched":
         async with NodeClient(address) as c:
-            consumer = await c.consumer(pch, 1, policy, filters)
+            consumer = await c.consumer(pch, 1, policy, filters, time_ticks=True)
             async for m in consumer:
                 assert time.monotonic() < deadline, "no END marker within 20 s"
                 if is_tick(m):
@@ -162,7 +161,8 @@ def _expect(sent: list[Sent], keep) -> list[tuple]:
 # (case id, policy(sent), filters(sent, pch), keep(i, s), END marker seen first)
 CASES = [
     ("all", lambda d: DeliverPolicy.all(), lambda d, p: [], lambda i, s: True, b"END0"),
-    ("unset", lambda d: pb.DeliverPolicy(), lambda d, p: [], lambda i, s: True, b"END0"),
+    # No policy: NodeClient sends `all`; the seed-style consumer leaves the field unset.
+    ("unset", lambda d: None, lambda d, p: [], lambda i, s: True, b"END0"),
     (
         "from-mid-batch",
         lambda d: DeliverPolicy.start_from(d[3].offset),

@@ -19,18 +19,18 @@ from streamwal.proto import streaming_pb2 as pb
 @pytest.mark.parametrize(
     ("policy", "first", "next_", "expected"),
     [
-        (DeliverPolicy.all(), 0, 10, 0),
-        (DeliverPolicy.all(), 4, 10, 4),  # retention moved the start
+        (DeliverPolicy.all().to_proto(), 0, 10, 0),
+        (DeliverPolicy.all().to_proto(), 4, 10, 4),  # retention moved the start
         (pb.DeliverPolicy(), 4, 10, 4),  # unset policy means all
-        (DeliverPolicy.latest(), 0, 10, 9),  # the latest message itself
-        (DeliverPolicy.latest(), 0, 0, 0),  # empty log: whatever comes next
-        (DeliverPolicy.latest(), 9, 10, 9),
-        (DeliverPolicy.start_from(3), 0, 10, 3),
-        (DeliverPolicy.start_from(10), 0, 10, 10),  # the next message to be appended
-        (DeliverPolicy.start_from(1), 5, 10, 5),  # clamped to the oldest retained
-        (DeliverPolicy.start_after(3), 0, 10, 4),
-        (DeliverPolicy.start_after(9), 0, 10, 10),
-        (DeliverPolicy.start_after(1), 5, 10, 5),  # clamped
+        (DeliverPolicy.latest().to_proto(), 0, 10, 9),  # the latest message itself
+        (DeliverPolicy.latest().to_proto(), 0, 0, 0),  # empty log: whatever comes next
+        (DeliverPolicy.latest().to_proto(), 9, 10, 9),
+        (DeliverPolicy.start_from(3).to_proto(), 0, 10, 3),
+        (DeliverPolicy.start_from(10).to_proto(), 0, 10, 10),  # the next message to be appended
+        (DeliverPolicy.start_from(1).to_proto(), 5, 10, 5),  # clamped to the oldest retained
+        (DeliverPolicy.start_after(3).to_proto(), 0, 10, 4),
+        (DeliverPolicy.start_after(9).to_proto(), 0, 10, 10),
+        (DeliverPolicy.start_after(1).to_proto(), 5, 10, 5),  # clamped
     ],
 )
 def test_start_offset(policy, first: int, next_: int, expected: int) -> None:
@@ -39,9 +39,9 @@ def test_start_offset(policy, first: int, next_: int, expected: int) -> None:
 
 def test_start_past_the_end_is_invalid() -> None:
     with pytest.raises(InvalidArgument, match="past the end"):
-        start_offset(DeliverPolicy.start_from(11), 0, 10)
+        start_offset(DeliverPolicy.start_from(11).to_proto(), 0, 10)
     with pytest.raises(InvalidArgument, match="past the end"):
-        start_offset(DeliverPolicy.start_after(10), 0, 10)
+        start_offset(DeliverPolicy.start_after(10).to_proto(), 0, 10)
 
 
 @pytest.mark.parametrize("raw", [b"", b"\x00" * 7, b"\x00" * 9])
@@ -55,17 +55,19 @@ def test_malformed_message_id_is_invalid(raw: bytes) -> None:
 
 def test_filters_from_proto() -> None:
     assert Filters.from_proto([]) == Filters(0, None)
-    assert Filters.from_proto([DeliverFilter.time_tick_gt(10)]) == Filters(11, None)
-    assert Filters.from_proto([DeliverFilter.time_tick_gte(10)]) == Filters(10, None)
-    both = [DeliverFilter.time_tick_gt(10), DeliverFilter.time_tick_gte(20)]
+    assert Filters.from_proto([DeliverFilter.time_tick_gt(10).to_proto()]) == Filters(11, None)
+    assert Filters.from_proto([DeliverFilter.time_tick_gte(10).to_proto()]) == Filters(10, None)
+    both = [DeliverFilter.time_tick_gt(10).to_proto(), DeliverFilter.time_tick_gte(20).to_proto()]
     assert Filters.from_proto(both) == Filters(20, None)
-    vc = [DeliverFilter.vchannel("p_v1"), DeliverFilter.vchannel("p_v1")]
+    vc = [DeliverFilter.vchannel("p_v1").to_proto(), DeliverFilter.vchannel("p_v1").to_proto()]
     assert Filters.from_proto(vc) == Filters(0, "p_v1")
 
 
 def test_two_different_vchannel_filters_are_invalid() -> None:
     with pytest.raises(InvalidArgument, match="at most one vchannel"):
-        Filters.from_proto([DeliverFilter.vchannel("a"), DeliverFilter.vchannel("b")])
+        Filters.from_proto(
+            [DeliverFilter.vchannel("a").to_proto(), DeliverFilter.vchannel("b").to_proto()]
+        )
 
 
 def test_empty_filter_is_invalid() -> None:
@@ -114,10 +116,10 @@ def test_select_past_the_record_is_none() -> None:
 @pytest.mark.parametrize(
     ("flt", "first"),
     [
-        (DeliverFilter.time_tick_gt(TICK), 1),
-        (DeliverFilter.time_tick_gte(TICK), 0),
-        (DeliverFilter.time_tick_gte(TICK + 2), 2),
-        (DeliverFilter.time_tick_gt(TICK - 10), 0),
+        (DeliverFilter.time_tick_gt(TICK).to_proto(), 1),
+        (DeliverFilter.time_tick_gte(TICK).to_proto(), 0),
+        (DeliverFilter.time_tick_gte(TICK + 2).to_proto(), 2),
+        (DeliverFilter.time_tick_gt(TICK - 10).to_proto(), 0),
     ],
 )
 def test_select_time_tick_filters(flt, first: int) -> None:
@@ -128,7 +130,7 @@ def test_select_time_tick_filters(flt, first: int) -> None:
 
 
 def test_select_time_tick_filter_past_the_record_is_none() -> None:
-    f = Filters.from_proto([DeliverFilter.time_tick_gt(TICK + 2)])
+    f = Filters.from_proto([DeliverFilter.time_tick_gt(TICK + 2).to_proto()])
     assert select(BASE, _record(["a", "b", "a"]), BASE, f) is None
 
 
@@ -143,7 +145,9 @@ def test_select_vchannel_keeps_its_messages_and_time_ticks() -> None:
 
 def test_select_vchannel_and_tick_and_position_combine() -> None:
     rec = _record(["a", "b", "a", "a", "b", "a"])
-    f = Filters.from_proto([DeliverFilter.vchannel("a"), DeliverFilter.time_tick_gte(TICK + 3)])
+    f = Filters.from_proto(
+        [DeliverFilter.vchannel("a").to_proto(), DeliverFilter.time_tick_gte(TICK + 3).to_proto()]
+    )
     s = select(BASE, rec, BASE + 1, f)
     assert s is not None and s.offsets == [BASE + 3, BASE + 5]
     s = select(BASE, rec, BASE + 4, Filters(vchannel="a"))
@@ -171,10 +175,14 @@ def test_frames_carry_offsets_ticks_and_term() -> None:
     assert dense[1].consume.message.properties["_tt"] == str(TICK + 2)
 
 
-def test_policy_constructors_fill_the_oneof() -> None:
-    assert DeliverPolicy.all().WhichOneof("policy") == "all"
-    assert DeliverPolicy.latest() == pb.DeliverPolicy(latest=Empty())
-    assert decode_offset(DeliverPolicy.start_after(7).start_after.id) == 7
+def test_policies_and_filters_become_the_protocol_messages() -> None:
+    assert DeliverPolicy.all().to_proto().WhichOneof("policy") == "all"
+    assert DeliverPolicy.latest().to_proto() == pb.DeliverPolicy(latest=Empty())
+    assert decode_offset(DeliverPolicy.start_after(7).to_proto().start_after.id) == 7
+    assert decode_offset(DeliverPolicy.start_from(9).to_proto().start_from.id) == 9
+    assert DeliverFilter.time_tick_gt(5).to_proto().time_tick_gt.time_tick == 5
+    assert DeliverFilter.time_tick_gte(6).to_proto().time_tick_gte.time_tick == 6
+    assert DeliverFilter.vchannel("v").to_proto().vchannel.vchannel == "v"
 
 
 def _body(*payloads: bytes) -> bytes:

@@ -60,7 +60,7 @@ async def test_size_retention_drops_old_records_without_blocking_appends(
             DeliverPolicy.start_after(5),
             DeliverPolicy.all(),
         ):
-            consumer = await c.consumer(pchannel, 1, policy)
+            consumer = await c.consumer(pchannel, 1, policy, time_ticks=True)
             assert consumer.first_offset >= first
             msgs = await read_through(consumer, end - 1)
             await consumer.close()
@@ -97,7 +97,7 @@ async def test_age_retention_keeps_only_recent_records(start_node, pchannel) -> 
             return (await _status(c, pchannel)).first_offset > old[-1].offset
 
         await _wait_for(old_gone)
-        consumer = await c.consumer(pchannel, 1, DeliverPolicy.start_from(0))
+        consumer = await c.consumer(pchannel, 1, DeliverPolicy.start_from(0), time_ticks=True)
         assert consumer.first_offset > old[-1].offset
         new = await producer.send(b"new")
         msgs = await read_through(consumer, new.offset)

@@ -9,7 +9,7 @@ import time
 from streamwal.client.node_client import NodeClient
 from streamwal.client.policy import DeliverFilter, DeliverPolicy
 from streamwal.node.clock import physical_ms
-from tests.node.helpers import RawConsumer, is_tick, read_data
+from tests.node.helpers import RawConsumer, is_tick, read_through
 
 
 async def test_idle_pchannel_ticks_and_tick_filters_progress(client, node, pchannel) -> None:
@@ -18,7 +18,7 @@ async def test_idle_pchannel_ticks_and_tick_filters_progress(client, node, pchan
     r = await producer.send(b"only")
     # A time-tick consumer past the only message still sees time move (default 200 ms).
     consumer = await client.consumer(
-        pchannel, 1, DeliverPolicy.all(), [DeliverFilter.time_tick_gt(r.time_tick)]
+        pchannel, 1, DeliverPolicy.all(), [DeliverFilter.time_tick_gt(r.time_tick)], time_ticks=True
     )
     ticks = []
     deadline = time.monotonic() + 10
@@ -51,7 +51,9 @@ async def test_busy_pchannel_does_not_get_ticks_between_appends(start_node, pcha
         for i in range(1, 20):
             await producer.send(b"%d" % i)
             await asyncio.sleep(0.02)
-        consumer = await c.consumer(pchannel, 1, DeliverPolicy.start_from(first.offset))
+        consumer = await c.consumer(
+            pchannel, 1, DeliverPolicy.start_from(first.offset), time_ticks=True
+        )
         msgs = []
         async for m in consumer:
             msgs.append(m)
@@ -62,20 +64,19 @@ async def test_busy_pchannel_does_not_get_ticks_between_appends(start_node, pcha
     assert not [m for m in msgs if is_tick(m)], "ticks appended while the pchannel was busy"
 
 
-async def test_consumer_can_skip_time_ticks(client, pchannel) -> None:
+async def test_consumers_skip_time_ticks_unless_asked(client, pchannel) -> None:
+    """Without ticks by default (as the routed consumers); `time_ticks=True` delivers them."""
     await client.assign(pchannel, 1)
     producer = await client.producer(pchannel, 1)
     await producer.send(b"a", vchannel=pchannel + "_v1")
     await asyncio.sleep(0.7)  # a few ticks land in between
     await producer.send(b"b", vchannel=pchannel + "_v2")
-    await producer.send(b"c", vchannel=pchannel + "_v1")
+    last = await producer.send(b"c", vchannel=pchannel + "_v1")
     for filters, expected in (
         ([], [b"a", b"b", b"c"]),
         ([DeliverFilter.vchannel(pchannel + "_v1")], [b"a", b"c"]),
     ):
-        consumer = await client.consumer(
-            pchannel, 1, DeliverPolicy.all(), filters, time_ticks=False
-        )
+        consumer = await client.consumer(pchannel, 1, DeliverPolicy.all(), filters)
         got = []
 
         async def take(consumer=consumer, got=got) -> None:
@@ -89,8 +90,10 @@ async def test_consumer_can_skip_time_ticks(client, pchannel) -> None:
         assert [m.payload for m in got] == expected
         offsets = [m.offset for m in got]
         assert offsets == sorted(offsets) and offsets[-1] - offsets[0] > len(got) - 1  # gaps
-    with_ticks = await client.consumer(pchannel, 1, DeliverPolicy.all())
-    seen = await read_data(with_ticks, 3)
+    with_ticks = await client.consumer(pchannel, 1, DeliverPolicy.all(), time_ticks=True)
+    seen = await read_through(with_ticks, last.offset)
     await with_ticks.close()
-    assert [m.payload for m in seen] == [b"a", b"b", b"c"]
+    assert [m.payload for m in seen if not is_tick(m)] == [b"a", b"b", b"c"]
+    assert [m.offset for m in seen] == list(range(seen[0].offset, last.offset + 1))  # dense
+    assert any(is_tick(m) for m in seen)
     await producer.close()

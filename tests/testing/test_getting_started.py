@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from streamwal.testing.local_cluster import free_port
+from tests.support import readme_blocks
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -33,10 +34,9 @@ BOUND_S = 60.0
 
 
 def _commands() -> list[str]:
-    text = (ROOT / "README.md").read_text()
-    section = text.split("<!-- getting-started: begin")[1].split("<!-- getting-started: end")[0]
-    blocks = re.findall(r"```sh\n(.*?)```", section, re.DOTALL)
-    return [line.strip() for block in blocks for line in block.splitlines() if line.strip()]
+    blocks = readme_blocks("getting-started")
+    assert {kind for kind, _ in blocks} == {"sh"}, blocks
+    return [line.strip() for _, block in blocks for line in block.splitlines() if line.strip()]
 
 
 class Lines:
@@ -143,9 +143,8 @@ def test_readme_getting_started(tmp_path: Path) -> None:
 
 def _readme_client_program() -> str:
     """The README's Python program on the client face (`from streamwal.client import`)."""
-    text = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, re.DOTALL)
-    (program,) = [b for b in blocks if "from streamwal.client import connect" in b]
+    ((kind, program),) = readme_blocks("client-program")
+    assert kind == "python"
     return program
 
 
