@@ -210,7 +210,11 @@ async def scale_case(
                 continue
             # every replica in step first: a follower still copying is not a loss (bounded)
             with contextlib.suppress(TimeoutError):
-                await _until(lambda n=name: cluster.replicas_healthy(n, max_lag=1), 60, "sync")
+                await _until(
+                    lambda n=name: cluster.replicas_healthy(n, max_lag=1, without=victim),
+                    60,
+                    "sync",
+                )
             members = {m.server_id: m.address for m in (await cluster.describe())[name].members}
             members.pop(victim, None)
             try:
