@@ -7,9 +7,12 @@ use) keeps 4 sends in flight at the default ack level (QUORUM). Each round waits
 replicas to be in step, SIGKILLs the leader, and records the window from the kill to the
 first acknowledgement of a message sent after the kill (an ack already on its way from
 the dead leader does not count); then the killed node is started again and rejoins as
-a follower. The window is the coord's failure detection (probes every `PROBE_S`, down
-after `GRACE_S`) plus fencing the survivors, choosing and assigning the new leader, plus
-the client finding it; the two survivors are still a quorum. At the end every replica's
+a follower. The coord runs with the defaults the chart ships (probes every `PROBE_S`,
+lost after `GRACE_S`): a killed node's ports refuse connections, so the coord knows it
+dead at its next status probe and ping (coord/liveness.py) and fails the leadership over
+at once -- the two survivors are a quorum, so the failover is clean -- without waiting
+the grace. The window is that detection plus fencing the survivors, choosing and
+assigning the new leader, plus the client finding it. At the end every replica's
 log is read back and checked against the acknowledgements (streamwal.testing.history):
 a window bought by losing messages would not count.
 """
@@ -24,13 +27,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
+from streamwal.coord.liveness import DEFAULT_GRACE, DEFAULT_PROBE_INTERVAL
 from streamwal.errors import StreamingError
 from streamwal.testing.history import Acked, check, payload
 
 T = TypeVar("T")
 IN_FLIGHT = 4
-PROBE_S = 0.25
-GRACE_S = 1.0
+PROBE_S = DEFAULT_PROBE_INTERVAL
+GRACE_S = DEFAULT_GRACE
 
 
 class _Sender:
@@ -70,7 +74,9 @@ class _Sender:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        with contextlib.suppress(StreamingError):
+        # a saturated cluster may not answer the close in time: what it acknowledged
+        # is already counted, the rest never was
+        with contextlib.suppress(StreamingError, TimeoutError):
             await asyncio.wait_for(self.producer.close(), 10)
 
 

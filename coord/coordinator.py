@@ -37,6 +37,7 @@ from streamwal.coord.liveness import (
     Liveness,
     LivenessTracker,
     LossPolicy,
+    refused,
 )
 from streamwal.coord.memory import Memory, NodeReport
 from streamwal.coord.meta_store import MetaStore, check_name
@@ -110,6 +111,7 @@ class Coordinator:
         # alone (the simulator, whose clock is virtual).
         self.pinger = pinger
         self._held: list[int] = []
+        self._down_at: dict[int, float] = {}  # nodes known dead (tracker.down) and since when
         self.records = ChannelRecords(store, self.metrics)
         self.memory = Memory()
         self.executor = Executor(
@@ -417,6 +419,7 @@ class Coordinator:
     async def destroy_channels(self, names: list[str]) -> None:
         """Tombstone the channels (persisted first), then remove them from their node."""
         self.describe(names or ["<none>"])  # raises on unknown names
+        removes = []
         for name in names:
             async with self.records.lock(name):
                 record = self.records.copy(name)
@@ -425,13 +428,12 @@ class Coordinator:
             node = sm.owner(record.meta)
             holders = set(rs.member_ids(record)) | ({node.server_id} if node else set())
             for holder in sorted(holders & set(self.config.nodes)):
-                with suppress(StreamingError):
-                    await self.links.remove(
-                        self.config.nodes[holder],
-                        name,
-                        record.meta.channel.term,
-                        self.config.remove_timeout,
-                    )
+                address, term = self.config.nodes[holder], record.meta.channel.term
+                removes.append(self.links.remove(address, name, term, self.config.remove_timeout))
+        # together: each node gets its removes in one batch (coord/node_link.py)
+        for outcome in await asyncio.gather(*removes, return_exceptions=True):
+            if isinstance(outcome, BaseException) and not isinstance(outcome, StreamingError):
+                raise outcome  # a node that did not answer is fine (fenced later); a bug is not
         log.info("channels destroyed", extra={"channels": names})
         self.wake()
 
@@ -498,7 +500,11 @@ class Coordinator:
         its old node (`fields["old_node"]`) was declared lost."""
         fields = dict(done.fields)
         old_node = fields.get("old_node")
-        lost_at = self.memory.lost_at.get(old_node) if old_node is not None else None
+        lost_at = (
+            self._down_at.get(old_node, self.memory.lost_at.get(old_node))
+            if old_node is not None
+            else None
+        )
         if done.reason == "failover" and lost_at is not None:
             seconds = self.clock() - lost_at
             self.metrics.failovers.inc()
@@ -529,14 +535,17 @@ class Coordinator:
 
     async def _probe(self, node: int) -> None:
         started = self.clock()
-        ok = False
+        ok = gone = False
         address = self.config.nodes.get(node)
         if address is None:
             return  # left the node set since the probe was scheduled
         try:
             sent = self.wall()
             status = await self.links.collect_status(address, timeout=self.config.probe_interval)
-            self._observe_clock(node, status.wall_time_ms / 1000 - (sent + self.wall()) / 2)
+            got = self.wall()
+            self._observe_clock(
+                node, status.wall_time_ms / 1000 - (sent + got) / 2, (got - sent) / 2
+            )
             if status.server_id and status.server_id != node:
                 log.error("node id mismatch", extra={"node": node, "reported": status.server_id})
             else:
@@ -545,24 +554,39 @@ class Coordinator:
                 report = NodeReport.of(started, status.channels)
                 self.memory.observe(node, report)
                 self._replica_metrics(node, report)
-        except StreamingError:
-            pass
+        except StreamingError as err:
+            gone = refused(str(err))
         if self.config.nodes.get(node) != address:
             return  # the node left (or moved) while we asked it
         now = self.clock()
         self._feed_pings(now)  # pings that arrived meanwhile count first
-        change = self.tracker.observe(node, ok, now)
+        change = self.tracker.observe(node, ok, now, gone)
         if change is not None:
             self._on_transition(node, change.after)
+        if self.pinger is not None and self.tracker.wants_ping(node):
+            self.pinger.poke()
+        self._note_down(now)
         if ok and pl.needs_action(node, self._snapshot()):
             self.wake()
 
     def _feed_pings(self, now: float) -> None:
         """Hand the pinger's outcomes to the tracker, before anything else is judged."""
-        for heard in self.pinger.drain() if self.pinger is not None else ():
-            change = self.tracker.heard(heard.node, heard.ok, heard.at, now)
-            if change is not None:
-                self._on_transition(change.node, change.after)
+        heard = self.pinger.drain() if self.pinger is not None else ()
+        outcomes = ((h.node, h.ok, h.at, h.refused) for h in heard)
+        for change in self.tracker.heard_all(outcomes, now):
+            self._on_transition(change.node, change.after)
+        self._note_down(now)
+
+    def _note_down(self, now: float) -> None:
+        """A node newly known dead wakes the planner (its replicated leaderships fail over
+        at once); one that answers again is forgotten."""
+        down = self.tracker.down()
+        for node in set(self._down_at) - down:
+            del self._down_at[node]
+        for node in sorted(down - set(self._down_at)):
+            self._down_at[node] = now
+            log.warning("node down: its ports refuse connections", extra={"node": node})
+            self.wake()
 
     def _watch_probe_port(self, node: int, address: str, port: int) -> None:
         """Ping the probe port the node names (on its gRPC host); none: stop pinging."""
@@ -583,10 +607,12 @@ class Coordinator:
             self._held = held
         self.metrics.nodes_held.set(len(held))
 
-    def _observe_clock(self, node: int, offset: float) -> None:
-        """Keep how far a node's clock is from ours; beyond the bound it leads nothing."""
+    def _observe_clock(self, node: int, offset: float, uncertainty: float) -> None:
+        """Keep how far a node's clock is from ours (`offset`, known within `uncertainty`);
+        beyond the bound it leads nothing (`planner.clock_skewed`)."""
         self.metrics.clock_offset.labels(str(node)).set(offset)
-        skewed = abs(offset) > self.config.max_clock_offset
+        bound = self.config.max_clock_offset
+        skewed = pl.clock_skewed(offset, uncertainty, bound, node in self.skewed)
         if skewed and node not in self.skewed:
             log.warning(
                 "node clock too far off: it leads nothing until it is back within the bound",
@@ -653,6 +679,7 @@ class Coordinator:
             grace=self.config.grace,
             labels=self.labels,
             domains=self.domains,
+            held=self.records.held(),
         )
 
     async def reconcile_once(self) -> None:
@@ -686,6 +713,7 @@ class Coordinator:
             live=frozenset(self.tracker.live()),
             lost=frozenset(n for n in nodes if self.tracker.state(n) == Liveness.LOST),
             rechecked=rechecked,
+            down=frozenset(self._down_at),
         )
 
     def _round(

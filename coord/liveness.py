@@ -15,6 +15,14 @@ all while more than `max_share` of the nodes look dead at once, which says more 
 the coord (cut off, or starved itself) than about the nodes. Such a node stays SUSPECT
 (`held()` names it) until the rule allows or it answers.
 
+A node whose latest status probe and latest ping were both refused (nothing listens on
+either port: `refused`) is DOWN as well as SUSPECT: its process is gone, not slow -- a
+loaded node's kernel still accepts connections, and a coord cut off from it gets
+timeouts, never refusals. The grace still decides LOST; what DOWN allows is the planner's
+(a replicated pchannel's leader there fails over at once when a majority of its replicas
+is up: that failover is clean). A first refusal of one signal brings the other's next
+probe forward once, so the two agree within a round trip, not an interval.
+
 A node never seen since tracking started is UNKNOWN until it answers or the grace runs
 out. `observe` returns the transitions that matter to the coord: a node joining (-> LIVE
 from anything else) and a node lost (-> LOST).
@@ -22,6 +30,7 @@ from anything else) and a node lost (-> LOST).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -34,6 +43,12 @@ from enum import StrEnum
 # replicated leader.
 DEFAULT_PROBE_INTERVAL = 0.5
 DEFAULT_GRACE = 30.0
+
+
+def refused(error: str) -> bool:
+    """Whether a failed probe's error says nothing listens there (the connection was
+    refused), as opposed to a timeout or a failure of a live process."""
+    return "Connection refused" in error
 
 
 class Liveness(StrEnum):
@@ -81,6 +96,8 @@ class _Track:
     last_probe: float | None = None
     status_ok: bool = False  # the latest CollectStatus outcome
     ping_ok: bool = False  # the latest ping outcome (False also: no ping signal yet)
+    status_refused: bool = False  # the latest CollectStatus was refused
+    ping_refused: bool = False  # the latest ping was refused
 
     @property
     def ok(self) -> bool:
@@ -131,25 +148,52 @@ class LivenessTracker:
         for track in self._nodes.values():
             track.since = min(now, track.since + stalled)
 
-    def observe(self, node: int, ok: bool, now: float) -> Transition | None:
-        """Feed one CollectStatus outcome; returns the state change it caused, if any."""
+    def observe(self, node: int, ok: bool, now: float, refused: bool = False) -> Transition | None:
+        """Feed one CollectStatus outcome (`refused`: the connection was); returns the
+        state change it caused, if any."""
         track = self._nodes.setdefault(node, _Track(since=now))
         track.last_probe = now
         track.status_ok = ok
+        track.status_refused = refused and not ok
         if ok:
             track.since = now
         return self._settle(node, track, now)
 
-    def heard(self, node: int, ok: bool, at: float, now: float) -> Transition | None:
+    def heard(
+        self, node: int, ok: bool, at: float, now: float, refused: bool = False
+    ) -> Transition | None:
         """Feed one ping outcome (the second signal), got at `at` (<= `now`: pings are
         answered and timed off the coord's loop, and fed to it later)."""
-        track = self._nodes.get(node)
-        if track is None:
-            return None  # not tracked (left the node set)
-        track.ping_ok = ok
-        if ok:
-            track.since = max(track.since, at)
-        return self._settle(node, track, now)
+        changes = self.heard_all([(node, ok, at, refused)], now)
+        return changes[0] if changes else None
+
+    def heard_all(
+        self, outcomes: Iterable[tuple[int, bool, float, bool]], now: float
+    ) -> list[Transition]:
+        """Feed the ping outcomes (node, ok, at, refused) that arrived since the last
+        call, oldest first, then judge each node once: a coord that drains them late must
+        neither judge before crediting its own stall nor take a failed ping followed by a
+        good one for a node that went SUSPECT and came back (healthy nodes flapped so,
+        issue 24)."""
+        self._credit_stall(now)
+        touched: set[int] = set()
+        for node, ok, at, refused in outcomes:
+            track = self._nodes.get(node)
+            if track is None:
+                continue  # not tracked (left the node set)
+            if refused and not ok and not track.ping_refused and not track.status_refused:
+                track.last_probe = None  # the status probe tells at once whether it agrees
+            track.ping_ok = ok
+            track.ping_refused = refused and not ok
+            if ok:
+                track.since = max(track.since, at)
+            touched.add(node)
+        out = []
+        for node in sorted(touched):
+            change = self._settle(node, self._nodes[node], now)
+            if change:
+                out.append(change)
+        return out
 
     def tick(self, now: float) -> list[Transition]:
         """Age every node without a probe result (a hung probe must still lose a node)."""
@@ -185,6 +229,16 @@ class LivenessTracker:
             for n, t in self._nodes.items()
             if t.state != Liveness.LOST and now - t.since > self.grace
         )
+
+    def down(self) -> set[int]:
+        """Nodes known dead: the latest status probe and the latest ping both refused
+        (a node without a probe port is never known dead, only lost after the grace)."""
+        return {n for n, t in self._nodes.items() if t.status_refused and t.ping_refused}
+
+    def wants_ping(self, node: int) -> bool:
+        """Whether a ping now would tell: the status probe was refused, the ping not yet."""
+        track = self._nodes.get(node)
+        return track is not None and track.status_refused and not track.ping_refused
 
     def state(self, node: int) -> Liveness:
         track = self._nodes.get(node)

@@ -23,6 +23,7 @@ from functools import partial
 
 import grpc
 
+from streamwal.coord.liveness import refused
 from streamwal.proto import wire_pb2
 from streamwal.transport import TransportConfig, make_sync_channel
 
@@ -34,10 +35,21 @@ class Heard:
     node: int
     ok: bool
     at: float  # monotonic time the outcome arrived
+    refused: bool = False  # the connection was refused: nothing listens there
+
+
+# A ping's deadline, in probe intervals. A ping that answers late is still a success:
+# at a machine load of 15-21 the node's probe threads answered pings after 0.5-1.3 s,
+# and a deadline of one interval made those healthy nodes SUSPECT (no new followers) a
+# few times a minute (issue 24). Detection does not wait for it: a killed node refuses
+# the connection at once, and a hung one is lost by the tracker's grace whatever the
+# deadline (while a ping is pending, the node is not pinged again).
+DEADLINE_INTERVALS = 2
 
 
 class Pinger:
-    """Pings every watched node each `interval` (deadline: the interval) from its thread."""
+    """Pings every watched node each `interval` (deadline: `DEADLINE_INTERVALS`
+    intervals) from its thread."""
 
     def __init__(
         self,
@@ -67,6 +79,10 @@ class Pinger:
             elif self._targets.get(node) != address:
                 self._targets[node] = address
                 self._wake.set()
+
+    def poke(self) -> None:
+        """Ping every watched node now (a refused status probe wants the second opinion)."""
+        self._wake.set()
 
     def drain(self) -> list[Heard]:
         """The outcomes that arrived since the last call, oldest first."""
@@ -110,16 +126,22 @@ class Pinger:
             for address in set(self._channels) - wanted:
                 self._channels.pop(address)[0].close()  # a node moved or left
             for node, address in sorted(targets.items()):
-                future = self._call(address).future(wire_pb2.PingRequest(), timeout=self.interval)
+                future = self._call(address).future(
+                    wire_pb2.PingRequest(), timeout=DEADLINE_INTERVALS * self.interval
+                )
                 future.add_done_callback(partial(self._done, node))
             self._wake.wait(max(0.0, self.interval - (self._clock() - started)))
             self._wake.clear()
 
     def _done(self, node: int, future: grpc.Future) -> None:
-        ok = False
-        if not future.cancelled() and future.exception() is None:
+        ok = gone = False
+        if future.cancelled():
+            pass
+        elif (error := future.exception()) is None:
             answer: wire_pb2.PingResponse = future.result()
             ok = answer.server_id in (0, node) and answer.loop_stall_ms <= self.max_stall_ms
+        else:
+            gone = isinstance(error, grpc.RpcError) and refused(str(error.details()))
         with self._lock:
             self._pending.discard(node)
-            self._heard.append(Heard(node, ok, self._clock()))
+            self._heard.append(Heard(node, ok, self._clock(), gone))

@@ -195,6 +195,18 @@ def next_step(
     return Rejoin(back) if back else None
 
 
+def leader_down(view: ChannelView, alive: Collection[int], down: Collection[int]) -> bool:
+    """Whether the leader's node is known dead (liveness: both its ports refuse) while a
+    majority of every voting set is up without it: its failover need not wait the grace.
+    Such a failover is clean -- the term change fences a majority and the leader chosen
+    among it holds every committed record -- and the node stays a member (a restarted
+    node rejoins as a follower). Without such a majority the grace still decides."""
+    if view.leader is None or view.leader not in set(down) or not view.assigned:
+        return False
+    up = set(alive) - set(down)
+    return has_quorum(up, [view.members, view.previous])
+
+
 def readmit(members: Sequence[int], leader: int, stable: Collection[int]) -> tuple[int, ...] | None:
     """The new set with `leader` (a voter the change was replacing, holding the most
     complete log) back in place of a member being added (one not in the `stable` set the
@@ -236,6 +248,15 @@ def current_members(record: cpb.ChannelRecord) -> tuple[int, ...]:
 def is_replicated(record: cpb.ChannelRecord) -> bool:
     """Replicated pchannels change terms as a set; the others move one owner at a time."""
     return record.replicas > 1 or len(record.members) > 0
+
+
+def held_by(record: cpb.ChannelRecord) -> frozenset[int]:
+    """The nodes a live record names: its owner and its replica set (a node's report
+    can only be stale or missing something about these, `planner.needs_action`)."""
+    if record.destroyed:
+        return frozenset()
+    owner = record.meta.node.server_id
+    return frozenset(member_ids(record)) | ({owner} if record.meta.HasField("node") else set())
 
 
 def member_ids(record: cpb.ChannelRecord) -> tuple[int, ...]:

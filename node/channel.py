@@ -68,6 +68,9 @@ class Channel:
         # Idempotent producers' batches accepted but not yet durable: their answers.
         self.inflight: dict[tuple[str, int], asyncio.Future] = {}
         self._changed = asyncio.Event()
+        # Called at every notify and whenever records go to the disk: the leader's
+        # replication streams (replication.py), woken without a task of their own.
+        self.wakers: list[Callable[[], None]] = []
         self._tail = _TailCache()
         # Corruption (Wal): the acknowledged-offset ledger's slot, and the end of what an
         # earlier process wrote and nobody has verified since this one started (0: all
@@ -79,13 +82,21 @@ class Channel:
         self.verify_urgent = False  # someone waits for the verification: no pauses
 
     def cache(self, base: int, count: int, value: bytes) -> None:
-        """A durable record of `count` messages, kept for tailing consumers."""
+        """A record of `count` messages, kept for tailing consumers and the replication
+        streams; cached as it goes to the disk (readers stop at what is durable)."""
         self._tail.append(base, base + count, value)
+
+    @property
+    def cached_end(self) -> int:
+        """The offset after the newest cached record (0: none yet)."""
+        return self._tail.end
 
     def notify(self) -> None:
         """Wake every consumer waiting for data or for a fence change."""
         self._changed.set()
         self._changed = asyncio.Event()
+        for wake in self.wakers:
+            wake()
 
     def wait_changed(self, timeout: float | None = None) -> Coroutine[Any, Any, None]:
         """Waits for the next notify after this call. Not a coroutine function on purpose:
@@ -122,6 +133,10 @@ class _TailCache:
         self._start = 0
         self._bytes = 0
         self._end = 0  # the offset after the newest cached record
+
+    @property
+    def end(self) -> int:
+        return self._end
 
     def append(self, base: int, end: int, value: bytes) -> None:
         """`value` holds offsets base..end-1. A record that does not start where the cache

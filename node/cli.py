@@ -56,8 +56,9 @@ class _ListenOr(Address):
     default="auto",
     show_default=True,
     type=_ListenOr("auto", "shared"),
-    help="The internal listener: the manager and replication services (Assign, Remove, "
-    "Fence, Fetch, Replicate; read-only CollectStatus is on --listen too), called only by "
+    help="The internal listener: the manager, replication and batch services (Assign, "
+    "Remove, Fence, Fetch, Replicate, and Assign/Remove/Fence of many pchannels per call; "
+    "read-only CollectStatus is on --listen too), called only by "
     "the coord, the operator and peer nodes. HOST:PORT, 'auto' (the --listen host, any "
     "free port; peers learn it from the node's Describe) or 'shared' (on --listen, as the "
     "seed's single port).",

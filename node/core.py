@@ -374,6 +374,7 @@ class PChannelCore:
         if self.committed_next < ledger_mark:
             self.lost_until = ledger_mark
         self.unclean_cuts = 0  # cuts below the commit offset (an unclean failover)
+        self.unled_term = 0  # a term whose leader role ended on a failed write: never led again
         self._high_term = meta.term
         self._high_commit = commit or 0
         self.check()
@@ -609,15 +610,29 @@ class PChannelCore:
 
     def write_failed(self, producers: Iterable[tuple[str, int]]) -> list[Effect]:
         """A group commit failed: forget what never became durable (a resend is then
-        appended for real) and hand out the lost offsets again."""
+        appended for real) and hand out the lost offsets again.
+
+        A leader's followers may hold those records already (they are streamed while the
+        leader's fsync runs): the same offsets handed out again under this term would be
+        two different records at one (term, offset), which no history tells apart. So a
+        leader's role ends and the pchannel waits for an Assign, as after a restart: the
+        coord moves it under a new term, whose history cuts the followers' extra records
+        unless they are chosen to lead (none of them was acknowledged)."""
         for pid, seq in producers:
             self.in_flight.discard((pid, seq))
             state = self.producers.get(pid)
             if state is not None:
                 state.forget(seq)
         self.next_offset = self.committed_next
+        out: list[Effect] = [Notify()]
+        if isinstance(self.role, Leading):
+            self.recovering = True
+            self.unled_term = self.term
+            out = self._stop_role(
+                ChannelFenced(f"pchannel {self.name!r}: a write failed, its leader role ended")
+            )
         self.check()
-        return [Notify()]
+        return out
 
     def durable(self, end: int) -> None:
         """The ledger marks the log durable up to `end` (async durability's periodic
@@ -688,6 +703,11 @@ class PChannelCore:
             self.commit = self._high_commit = self.committed_next
         members = list(rs.members)
         current = self.role
+        if rs.leading and self.unled_term == self.term:
+            raise ChannelFenced(
+                f"pchannel {self.name!r}: a write failed while leading term {self.term}; "
+                "it is led again only under a new term"
+            )
         if rs.leading:
             if isinstance(current, Leading) and current.term == self.term:
                 kept = {m.node_id for m in members}

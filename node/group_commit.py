@@ -68,13 +68,15 @@ class GroupCommitter:
     fsync (~0.2 ms of a ~0.4 ms write here), and there is nobody for the loop to serve
     meanwhile. As soon as requests queue up behind writes, or a write was slow
     (`InlineRule`), writes go to the worker thread again, so the loop keeps parsing the
-    next group and serving consumers while the disk syncs.
+    next group and serving consumers while the disk syncs. `prepare` returns True for a
+    group that must not be written on the loop: a replicated leader streams the group's
+    records to its followers while its own fsync runs.
     """
 
     def __init__(
         self,
         store: LogStore,
-        prepare: Callable[[list[Any], WriteBatch], None],
+        prepare: Callable[[list[Any], WriteBatch], bool],
         on_committed: Callable[[list[Any]], None],
         on_failed: Callable[[list[Any], BaseException], None],
         observe_write: Callable[[float], None] = lambda seconds: None,
@@ -125,12 +127,12 @@ class GroupCommitter:
         self._idle.clear()
         wb = self._store.new_batch()
         try:
-            self._prepare(group, wb)
+            offload = self._prepare(group, wb)
         except Exception:
             self._write_apart(group)
             return
         started = time.perf_counter()
-        if self._rule.inline(started, wb.size_in_bytes(), self._contended):
+        if not offload and self._rule.inline(started, wb.size_in_bytes(), self._contended):
             try:
                 self._store.write(wb)
             except Exception as exc:

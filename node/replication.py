@@ -5,7 +5,10 @@ one with its term history). The leader answers with LogEntries: its stored recor
 verbatim from where the two logs agree (`truncate_from` on the first entry when the
 follower holds a suffix the leader does not), read from the tail cache or from RocksDB
 in a worker thread, never more than WINDOW_BYTES ahead of the follower's acks, then the
-new records as they are synced, and commit-offset updates. The follower hands what it
+new records as they go to the leader's disk (its fsync and the followers' overlap; the
+commit never passes the leader's durable end), and commit-offset updates. The stream's
+task sleeps on one future that the channel's notify, a new group's write and the
+follower's acks resolve (no task per wait). The follower hands what it
 receives to its core (core.apply: every entry checked by replication_rules.check_entry,
 stored with the same step as a catch-up copy), and acks once it is synced. Who leads or
 follows, each follower's acknowledged end and the commit offset are the core's.
@@ -52,6 +55,7 @@ READ_RECORDS = 1024  # records per read step of a follower's stream (also byte-b
 READ_BYTES = 1024 * 1024
 APPLY_BYTES = 8 * 1024 * 1024  # a follower syncs and acks at least this often
 BACKOFF = (0.05, 2.0)  # a follower's reconnect delay: first, maximum
+COMMIT_LAG_S = 0.02  # a commit update waits this long for a record to carry it
 
 
 def _history(starts) -> list[tuple[int, int]]:
@@ -350,20 +354,30 @@ class _LeaderStream:
         self.position = start.position
         self.window: collections.deque[tuple[int, int]] = collections.deque()
         self.inflight = 0
-        self.acked = asyncio.Event()
+        self._wake: asyncio.Future | None = None
+
+    def poke(self) -> None:
+        """Something the stream may act on changed (records, commit, acks, role, end)."""
+        wake = self._wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
 
     def _entry(self, **fields) -> pb.LogEntry:
         return pb.LogEntry(term=self.role.term, commit_offset=self.ch.known_commit, **fields)
 
     async def run(self) -> None:
         ch, role = self.ch, self.role
+        loop = asyncio.get_running_loop()
         reader = asyncio.ensure_future(self._read_acks())
+        reader.add_done_callback(lambda _: self.poke())
+        ch.wakers.append(self.poke)
         try:
             first = self._entry(offset=self.position, term_history=_starts(ch.meta.history))
             if self.start.truncate_from is not None:
                 first.truncate_from = self.start.truncate_from
             await self.context.write(first)
             sent_commit = first.commit_offset
+            commit_due = 0.0  # when a commit update goes out alone (loop time; 0: none due)
             while True:
                 if ch.core.role is not role:
                     raise ChannelFenced(f"{ch.name!r}: leader role ended")
@@ -375,25 +389,44 @@ class _LeaderStream:
                 acked = role.acked.get(self.node, 0)
                 while self.window and self.window[0][0] <= acked:
                     self.inflight -= self.window.popleft()[1]
-                if self.position < ch.committed_next and self.inflight < WINDOW_BYTES:
-                    await self._send_records()
-                    sent_commit = ch.known_commit
+                # Records on their way to the leader's disk go out at once to a follower
+                # that holds everything sent (one-at-a-time sends: the fsyncs overlap);
+                # to a busy one once durable, in bigger pieces: under load the per-batch
+                # costs, not the fsync, bound the rate (measured: docs/benchmarks.md).
+                end = self.repl.wal.sendable_end(ch) if not self.inflight else ch.committed_next
+                sendable = self.position < end and self.inflight < WINDOW_BYTES
+                if sendable and await self._send_records(end):
+                    sent_commit, commit_due = ch.known_commit, 0.0
                     continue
+                sleep = 1.0
                 if ch.known_commit != sent_commit:
-                    sent_commit = ch.known_commit
-                    await self.context.write(self._entry(offset=self.position))
-                    continue
-                self.acked.clear()
-                waiter = asyncio.ensure_future(ch.wait_changed(1.0))
-                acked = asyncio.ensure_future(self.acked.wait())
-                await asyncio.wait((waiter, acked, reader), return_when=asyncio.FIRST_COMPLETED)
-                waiter.cancel()
-                acked.cancel()
+                    # Alone, a commit update waits COMMIT_LAG_S for records to ride on: a
+                    # one-at-a-time producer's next record carries it, and each follower
+                    # is woken once per send, not twice.
+                    now = loop.time()
+                    commit_due = commit_due or now + COMMIT_LAG_S
+                    if now >= commit_due:
+                        sent_commit, commit_due = ch.known_commit, 0.0
+                        await self.context.write(self._entry(offset=self.position))
+                        continue
+                    sleep = commit_due - now
+                # Every await above re-checks all of this: a poke while none waits is moot.
+                self._wake = loop.create_future()
+                timer = loop.call_later(sleep, self.poke)
+                try:
+                    await self._wake
+                finally:
+                    timer.cancel()
+                    self._wake = None
         finally:
+            ch.wakers.remove(self.poke)
             reader.cancel()
 
-    async def _send_records(self) -> None:
-        recs = await self.repl.wal.read_raw(self.ch, self.position, READ_RECORDS, READ_BYTES)
+    async def _send_records(self, end: int) -> bool:
+        """The records from `position` below `end`; False when none could be read yet (a
+        group on its way to the disk that the cache no longer holds)."""
+        recs = await self.repl.wal.read_raw(self.ch, self.position, READ_RECORDS, READ_BYTES, end)
+        sent = False
         for base, value in recs:
             if base < self.position:  # a record the follower already has (never split)
                 continue
@@ -403,7 +436,9 @@ class _LeaderStream:
             self.position = base + records.peek(value)[2]
             self.window.append((self.position, len(value)))
             self.inflight += len(value)
+            sent = True
             await self.context.write(entry)
+        return sent
 
     async def _read_acks(self) -> StreamingError | None:
         """Follower acks until it closes (None) or misbehaves (the error)."""
@@ -417,5 +452,5 @@ class _LeaderStream:
                 self.window.clear()
                 self.inflight = 0
             self.repl.acked(self.ch, self.role, self.node, ack.acked_offset, self.position)
-            self.acked.set()
+            self.poke()
         return None

@@ -1,13 +1,15 @@
 """Replication decisions, pure: the commit rule, ack levels, where a follower starts, and
 what a follower accepts.
 
-The leader stores and syncs first, then streams its records verbatim to the followers,
-which store, sync and acknowledge their log end. The commit offset (consumers see only
-offsets below it; QUORUM producers are answered once it passes their batch) is the
-highest offset stored on a majority of the members, leader included. As in Raft, counting
-replicas only commits a record of the leader's own term: an older term's record stored on
-a majority could still be overwritten by a leader chosen for a longer older-term log
-(Raft's "figure 8"), so it becomes committed with the first current-term record above it.
+The leader streams its records verbatim to the followers as they go to its disk (its own
+fsync overlaps theirs); the followers store, sync and acknowledge their log end. The
+commit offset (consumers see only offsets below it; QUORUM producers are answered once it
+passes their batch) is the highest offset stored on a majority of the members, leader
+included, and never past the leader's own durable end (what it serves stops there). As
+in Raft, counting replicas only commits a record of the leader's own term: an older
+term's record stored on a majority could still be overwritten by a leader chosen for a
+longer older-term log (Raft's "figure 8"), so it becomes committed with the first
+current-term record above it.
 """
 
 from __future__ import annotations
@@ -26,13 +28,14 @@ def majority(members: int) -> int:
 def commit_offset(
     current: int, leader_end: int, acked: Sequence[int], members: int, term_start: int
 ) -> int:
-    """The commit offset after an ack or a local sync; never moves back.
+    """The commit offset after an ack or a local sync; never moves back, never passes
+    `leader_end` (the leader's durable end: followers may hold more, streamed before it).
 
     `acked` holds the followers' acknowledged log ends (a follower not heard from under
     this term counts as 0); `term_start` is the leader's log end when it took its term.
     """
     ends = sorted([leader_end, *acked, *[0] * (members - 1 - len(acked))], reverse=True)
-    candidate = ends[majority(members) - 1]
+    candidate = min(ends[majority(members) - 1], leader_end)
     if candidate > current and candidate > term_start:
         return candidate
     return current

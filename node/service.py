@@ -21,6 +21,7 @@ from grpc import aio
 from streamwal.errors import (
     ChannelNotExist,
     DataLoss,
+    Inner,
     InvalidArgument,
     OnShutdown,
     StreamingError,
@@ -46,6 +47,7 @@ log = logging.getLogger("streamwal.node.service")
 PRODUCER_HEADER = "create-producer-bin"
 CONSUMER_HEADER = "create-consumer-bin"
 READ_RECORDS = 1024  # records per read step while catching up (also bounded by bytes)
+BATCH_MARGIN_S = 0.02  # of a batch call's deadline, kept to answer the items done
 
 
 def _tolerant(cls) -> Callable[[bytes], object]:
@@ -172,6 +174,20 @@ class NodeService:
                 ),
             },
         )
+        batch = grpc.method_handlers_generic_handler(
+            "milvus.proto.streaming.StreamingNodeBatchService",
+            {
+                "Fence": grpc.unary_unary_rpc_method_handler(
+                    self.fence_batch, _tolerant(pb.FenceBatchRequest), ser
+                ),
+                "Assign": grpc.unary_unary_rpc_method_handler(
+                    self.assign_batch, _tolerant(pb.AssignBatchRequest), ser
+                ),
+                "Remove": grpc.unary_unary_rpc_method_handler(
+                    self.remove_batch, _tolerant(pb.RemoveBatchRequest), ser
+                ),
+            },
+        )
         # CollectStatus is read-only and clients ask it (a pchannel's end offset, Spark's
         # node discovery), so the client listener answers it too.
         status = grpc.method_handlers_generic_handler(
@@ -182,7 +198,7 @@ class NodeService:
                 ),
             },
         )
-        return [handler, state, status], [manager, state, replication]
+        return [handler, state, status], [manager, state, replication, batch]
 
     # -- replication -------------------------------------------------------------------
 
@@ -243,18 +259,77 @@ class NodeService:
             await _abort(context, err)
 
     async def fence(self, request, context):
-        async def act(req):
-            last_term, next_offset, commit, damage = await self.wal.fence(
-                req.pchannel.name, req.pchannel.term
-            )
-            return pb.FenceResponse(
-                last_term=last_term,
-                next_offset=next_offset,
-                commit_offset=commit,
-                data_loss=damage,
-            )
+        return await self._unary(request, context, self._fence_one)
 
-        return await self._unary(request, context, act)
+    async def _fence_one(self, req: pb.FenceRequest) -> pb.FenceResponse:
+        last_term, next_offset, commit, damage = await self.wal.fence(
+            req.pchannel.name, req.pchannel.term
+        )
+        return pb.FenceResponse(
+            last_term=last_term,
+            next_offset=next_offset,
+            commit_offset=commit,
+            data_loss=damage,
+        )
+
+    # -- batches (the coord's fences, assigns and removes of a round, per node) ----------
+
+    async def _batch(self, request, context, action) -> list[object]:
+        """Run every item of a batch together; each answer or StreamingError in its place.
+        An item not done within the call's deadline (less a margin to answer) is an
+        error of its own, so one slow pchannel does not cost the others their answers."""
+        if isinstance(request, Malformed):
+            raise InvalidArgument(request.reason)
+        if not self.serving:
+            raise OnShutdown("node is shutting down")
+        remaining = context.time_remaining()
+        budget = None if remaining is None else max(0.0, remaining * 0.9 - BATCH_MARGIN_S)
+
+        async def one(item):
+            try:
+                return await asyncio.wait_for(action(item), budget)
+            except StreamingError as err:
+                return err
+            except TimeoutError:
+                return Inner(f"{item.pchannel.name}: not done within the batch's deadline")
+
+        return list(await asyncio.gather(*(one(item) for item in request.items)))
+
+    async def fence_batch(self, request, context):
+        try:
+            done = await self._batch(request, context, self._fence_one)
+        except StreamingError as err:
+            await _abort(context, err)
+            return None
+        return pb.FenceBatchResponse(
+            items=[
+                pb.FenceBatchItem(error=d.to_proto())
+                if isinstance(d, StreamingError)
+                else pb.FenceBatchItem(response=d)
+                for d in done
+            ]
+        )
+
+    async def assign_batch(self, request, context):
+        return await self._results(request, context, self._assign_one)
+
+    async def remove_batch(self, request, context):
+        return await self._results(request, context, self._remove_one)
+
+    async def _results(self, request, context, action):
+        try:
+            done = await self._batch(request, context, action)
+        except StreamingError as err:
+            await _abort(context, err)
+            return None
+        return pb.BatchResults(
+            items=[
+                pb.BatchResult(error=d.to_proto())
+                if isinstance(d, StreamingError)
+                else pb.BatchResult()
+                for d in done
+            ]
+        )
 
     # -- manager -----------------------------------------------------------------------
 
@@ -269,28 +344,32 @@ class NodeService:
             await _abort(context, err)
 
     async def assign(self, request, context):
-        async def act(req):
-            validation.assign(req)
-            retention = req.retention if req.HasField("retention") else None
-            await self.wal.assign(
-                req.pchannel.name,
-                req.pchannel.term,
-                retention,
-                req.catch_up_from,
-                req.min_next_offset,
-                req.replica_set if req.HasField("replica_set") else None,
-                req.accept_data_loss,
-            )
-            return pb.StreamingNodeManagerAssignResponse()
+        return await self._unary(request, context, self._assign_one)
 
-        return await self._unary(request, context, act)
+    async def _assign_one(
+        self, req: pb.StreamingNodeManagerAssignRequest
+    ) -> pb.StreamingNodeManagerAssignResponse:
+        validation.assign(req)
+        retention = req.retention if req.HasField("retention") else None
+        await self.wal.assign(
+            req.pchannel.name,
+            req.pchannel.term,
+            retention,
+            req.catch_up_from,
+            req.min_next_offset,
+            req.replica_set if req.HasField("replica_set") else None,
+            req.accept_data_loss,
+        )
+        return pb.StreamingNodeManagerAssignResponse()
 
     async def remove(self, request, context):
-        async def act(req):
-            await self.wal.remove(req.pchannel.name, req.pchannel.term)
-            return pb.StreamingNodeManagerRemoveResponse()
+        return await self._unary(request, context, self._remove_one)
 
-        return await self._unary(request, context, act)
+    async def _remove_one(
+        self, req: pb.StreamingNodeManagerRemoveRequest
+    ) -> pb.StreamingNodeManagerRemoveResponse:
+        await self.wal.remove(req.pchannel.name, req.pchannel.term)
+        return pb.StreamingNodeManagerRemoveResponse()
 
     async def collect_status(self, request, context):
         async def act(_req):

@@ -732,15 +732,21 @@ class Wal:
     def last_sequence(self, ch: Channel, producer_id: str) -> int:
         return ch.core.window(producer_id, _now_ms()).accepted
 
-    def _prepare(self, group: list, wb) -> None:
+    def _prepare(self, group: list, wb) -> bool:
         """The group's records, producer windows, retention cuts and each pchannel's size
-        once the group is durable (the core counts the same when told `written`)."""
+        once the group is durable (the core counts the same when told `written`).
+
+        The records are cached now, as they go to the disk, and a leader's replication
+        streams are woken: its followers get them while its own fsync runs, and the
+        write stays off the event loop so they can (True). Readers stop at the durable
+        end; a failed write drops them again (`_failed`)."""
         sizes: dict[str, tuple[Channel, int]] = {}
         for item in group:
             ch = item.channel
             size = sizes[ch.name][1] if ch.name in sizes else ch.size_bytes
             if isinstance(item, _Append):
                 self.store.put_record(wb, ch.name, item.base, item.value)
+                ch.cache(item.base, item.count, item.value)
                 size += len(item.value)
                 if item.producer is not None:
                     pid, seq = item.producer
@@ -752,9 +758,14 @@ class Wal:
                     self.store.drop_producer(wb, ch.name, producer_id)
                 size -= item.freed
             sizes[ch.name] = (ch, size)
+        streamed = False
         for name, (ch, size) in sizes.items():
             self.store.put_size(wb, name, size)
             self.replication.persist_commit(ch, wb)
+            for wake in ch.wakers:
+                wake()
+                streamed = True
+        return streamed
 
     def _committed(self, group: list) -> None:
         now = time.perf_counter()
@@ -784,7 +795,6 @@ class Wal:
                 )
                 if not durable:
                     self._reserve(ch, end)
-                ch.cache(item.base, item.count, item.value)
                 m.count_append(ch.name, item.count, len(item.value), item.flags)
                 m.append_latency.observe(now - item.accepted_at)
                 if item.producer is not None:
@@ -837,7 +847,9 @@ class Wal:
                     _run_on_done(item)
         for ch, lost in touched.values():
             # Forget what never became durable (the resend is appended for real) and hand
-            # the lost offsets out again.
+            # the lost offsets out again -- or, on a leader whose followers may hold them
+            # already, end the role (core.write_failed).
+            ch.drop_cache_after(ch.committed_next)
             self.effects(ch, ch.core.write_failed(lost))
 
     def _channel_states(self) -> list[ChannelState]:
@@ -876,11 +888,12 @@ class Wal:
         return _below(out, end)
 
     async def read_raw(
-        self, ch: Channel, offset: int, limit: int, max_bytes: int
+        self, ch: Channel, offset: int, limit: int, max_bytes: int, end: int = 0
     ) -> list[tuple[int, bytes]]:
-        """Durable records as `read(raw=True)`, reading RocksDB in a worker thread: a far
-        behind follower's catch-up must not stall the event loop."""
-        end = ch.committed_next
+        """Records below `end` (default: the durable end) as `read(raw=True)`, reading
+        RocksDB in a worker thread: a far behind follower's catch-up must not stall the
+        event loop. A leader streams up to `sendable_end`."""
+        end = end or ch.committed_next
         if offset >= end:
             return []
         out = ch.cached_from(offset, limit, max_bytes)
@@ -893,6 +906,12 @@ class Wal:
                 self.report_bad_record(ch, offset, err.cause, "read", store_corrupt=True)
                 raise
         return _below(out, end)
+
+    @staticmethod
+    def sendable_end(ch: Channel) -> int:
+        """Where a leader's records end that its followers may have: durable, or cached
+        on their way to the disk (`_prepare`), never past the offsets handed out."""
+        return min(ch.next_offset, max(ch.committed_next, ch.cached_end))
 
     # -- housekeeping ------------------------------------------------------------------
 

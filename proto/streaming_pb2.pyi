@@ -455,6 +455,50 @@ class StreamingNodeManagerCollectStatusResponse(_message.Message):
     probe_port: int
     def __init__(self, balance_attributes: _Optional[_Union[StreamingNodeBalanceAttributes, _Mapping]] = ..., server_id: _Optional[int] = ..., channels: _Optional[_Iterable[_Union[PChannelStatus, _Mapping]]] = ..., wall_time_ms: _Optional[int] = ..., probe_port: _Optional[int] = ...) -> None: ...
 
+class FenceBatchRequest(_message.Message):
+    __slots__ = ("items",)
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[FenceRequest]
+    def __init__(self, items: _Optional[_Iterable[_Union[FenceRequest, _Mapping]]] = ...) -> None: ...
+
+class FenceBatchResponse(_message.Message):
+    __slots__ = ("items",)
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[FenceBatchItem]
+    def __init__(self, items: _Optional[_Iterable[_Union[FenceBatchItem, _Mapping]]] = ...) -> None: ...
+
+class FenceBatchItem(_message.Message):
+    __slots__ = ("response", "error")
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    response: FenceResponse
+    error: StreamingError
+    def __init__(self, response: _Optional[_Union[FenceResponse, _Mapping]] = ..., error: _Optional[_Union[StreamingError, _Mapping]] = ...) -> None: ...
+
+class AssignBatchRequest(_message.Message):
+    __slots__ = ("items",)
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[StreamingNodeManagerAssignRequest]
+    def __init__(self, items: _Optional[_Iterable[_Union[StreamingNodeManagerAssignRequest, _Mapping]]] = ...) -> None: ...
+
+class RemoveBatchRequest(_message.Message):
+    __slots__ = ("items",)
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[StreamingNodeManagerRemoveRequest]
+    def __init__(self, items: _Optional[_Iterable[_Union[StreamingNodeManagerRemoveRequest, _Mapping]]] = ...) -> None: ...
+
+class BatchResults(_message.Message):
+    __slots__ = ("items",)
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[BatchResult]
+    def __init__(self, items: _Optional[_Iterable[_Union[BatchResult, _Mapping]]] = ...) -> None: ...
+
+class BatchResult(_message.Message):
+    __slots__ = ("error",)
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    error: StreamingError
+    def __init__(self, error: _Optional[_Union[StreamingError, _Mapping]] = ...) -> None: ...
+
 class FetchRequest(_message.Message):
     __slots__ = ("pchannel", "from_offset", "end_offset")
     PCHANNEL_FIELD_NUMBER: _ClassVar[int]

@@ -802,3 +802,176 @@ class StreamingNodeReplicationService:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class StreamingNodeBatchServiceStub:
+    """StreamingNodeBatchService carries the coord's fences, assigns and removes of many
+    pchannels in one call per node (issue 24, as Kafka's LeaderAndIsr): a failover of a
+    thousand pchannels is a few calls per node, not a few thousand. Items are independent:
+    each is answered in its place, in order; one not done within the call's deadline
+    (less a margin to answer) gets an error of its own and the others keep their answers.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Fence = channel.unary_unary(
+                '/milvus.proto.streaming.StreamingNodeBatchService/Fence',
+                request_serializer=streaming__pb2.FenceBatchRequest.SerializeToString,
+                response_deserializer=streaming__pb2.FenceBatchResponse.FromString,
+                _registered_method=True)
+        self.Assign = channel.unary_unary(
+                '/milvus.proto.streaming.StreamingNodeBatchService/Assign',
+                request_serializer=streaming__pb2.AssignBatchRequest.SerializeToString,
+                response_deserializer=streaming__pb2.BatchResults.FromString,
+                _registered_method=True)
+        self.Remove = channel.unary_unary(
+                '/milvus.proto.streaming.StreamingNodeBatchService/Remove',
+                request_serializer=streaming__pb2.RemoveBatchRequest.SerializeToString,
+                response_deserializer=streaming__pb2.BatchResults.FromString,
+                _registered_method=True)
+
+
+class StreamingNodeBatchServiceServicer:
+    """StreamingNodeBatchService carries the coord's fences, assigns and removes of many
+    pchannels in one call per node (issue 24, as Kafka's LeaderAndIsr): a failover of a
+    thousand pchannels is a few calls per node, not a few thousand. Items are independent:
+    each is answered in its place, in order; one not done within the call's deadline
+    (less a margin to answer) gets an error of its own and the others keep their answers.
+    """
+
+    def Fence(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Assign(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Remove(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_StreamingNodeBatchServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Fence': grpc.unary_unary_rpc_method_handler(
+                    servicer.Fence,
+                    request_deserializer=streaming__pb2.FenceBatchRequest.FromString,
+                    response_serializer=streaming__pb2.FenceBatchResponse.SerializeToString,
+            ),
+            'Assign': grpc.unary_unary_rpc_method_handler(
+                    servicer.Assign,
+                    request_deserializer=streaming__pb2.AssignBatchRequest.FromString,
+                    response_serializer=streaming__pb2.BatchResults.SerializeToString,
+            ),
+            'Remove': grpc.unary_unary_rpc_method_handler(
+                    servicer.Remove,
+                    request_deserializer=streaming__pb2.RemoveBatchRequest.FromString,
+                    response_serializer=streaming__pb2.BatchResults.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'milvus.proto.streaming.StreamingNodeBatchService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('milvus.proto.streaming.StreamingNodeBatchService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class StreamingNodeBatchService:
+    """StreamingNodeBatchService carries the coord's fences, assigns and removes of many
+    pchannels in one call per node (issue 24, as Kafka's LeaderAndIsr): a failover of a
+    thousand pchannels is a few calls per node, not a few thousand. Items are independent:
+    each is answered in its place, in order; one not done within the call's deadline
+    (less a margin to answer) gets an error of its own and the others keep their answers.
+    """
+
+    @staticmethod
+    def Fence(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/milvus.proto.streaming.StreamingNodeBatchService/Fence',
+            streaming__pb2.FenceBatchRequest.SerializeToString,
+            streaming__pb2.FenceBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Assign(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/milvus.proto.streaming.StreamingNodeBatchService/Assign',
+            streaming__pb2.AssignBatchRequest.SerializeToString,
+            streaming__pb2.BatchResults.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Remove(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/milvus.proto.streaming.StreamingNodeBatchService/Remove',
+            streaming__pb2.RemoveBatchRequest.SerializeToString,
+            streaming__pb2.BatchResults.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

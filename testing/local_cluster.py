@@ -159,7 +159,12 @@ class LocalCluster:
         return self._channel
 
     async def create_channels(
-        self, count: int, prefix: str = "", replicas: int = 1, allow_data_loss: bool = False
+        self,
+        count: int,
+        prefix: str = "",
+        replicas: int = 1,
+        allow_data_loss: bool = False,
+        timeout: float = 10.0,
     ) -> list[str]:
         stub = cpbg.StreamingCoordChannelServiceStub(self.channel())
         reply = await stub.CreateChannels(
@@ -170,7 +175,7 @@ class LocalCluster:
                 replicas=replicas,
                 allow_data_loss=allow_data_loss,
             ),
-            timeout=10,
+            timeout=timeout,
         )
         return list(reply.channel_names)
 
@@ -179,13 +184,16 @@ class LocalCluster:
         reply = await stub.DescribeChannels(cpb.DescribeChannelsRequest(), timeout=5)
         return {d.channel_name: d for d in reply.descriptions}
 
-    async def replicas_healthy(self, name: str, max_lag: int = 50_000) -> bool:
+    async def replicas_healthy(
+        self, name: str, max_lag: int = 50_000, without: int | None = None
+    ) -> bool:
         """ASSIGNED with every replica, and the leader reports each follower within
-        `max_lag` records: ready for the next fault."""
+        `max_lag` records: ready for the next fault. `without`: a killed member that
+        does not count (it stays a member until its grace runs out)."""
         d = (await self.describe())[name]
         if d.meta.state != pb.PCHANNEL_META_STATE_ASSIGNED or len(d.members) < d.replicas:
             return False
-        followers = {m.server_id for m in d.members} - {d.meta.node.server_id}
+        followers = {m.server_id for m in d.members} - {d.meta.node.server_id, without}
         progress = {p.node_id: p for p in d.progress}
         return followers <= set(progress) and all(progress[f].lag < max_lag for f in followers)
 

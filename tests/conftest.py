@@ -34,12 +34,31 @@ def pytest_report_header(config) -> str | None:
     return f"kube-apiserver: {binary_version(apiserver)} from {assets_dir()}"
 
 
+_summaries: list[str] = []  # the control planes' lines, from this process or its workers
+
+
+def _control_plane_lines() -> list[str]:
+    return [
+        f"kube control plane: kube-apiserver {cp.version}, etcd {cp.etcd_version}, "
+        f"at {cp.server}, started once in {cp.started_in:.1f} s"
+        for cp in _control_plane
+    ]
+
+
+def pytest_sessionfinish(session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # a pytest-xdist worker: its controller prints the line
+        workeroutput["control_planes"] = _control_plane_lines()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    _summaries.extend(getattr(node, "workeroutput", {}).get("control_planes", []))
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
-    for cp in _control_plane:
-        terminalreporter.write_line(
-            f"kube control plane: kube-apiserver {cp.version}, etcd {cp.etcd_version}, "
-            f"at {cp.server}, started once in {cp.started_in:.1f} s"
-        )
+    for line in _summaries + _control_plane_lines():
+        terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ where the time goes as the cluster grows (the coord's per-probe and per-change w
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from collections import Counter
@@ -22,6 +23,7 @@ from streamwal.proto import coord_pb2 as cpb
 from streamwal.testing.sim.cluster import Cluster, Config, _close
 
 LIMIT_S = 600.0  # simulated seconds each phase may take
+GC_THRESHOLDS = (100_000, 50, 1000)  # the collector's, during a run (see run_scale)
 
 
 async def _until(cluster: Cluster, done, what: str) -> float:
@@ -85,8 +87,14 @@ def run_scale(nodes: int, pchannels: int, replicas: int = 3, seed: int = 1) -> d
     cluster = Cluster(seed, config)
     logging.getLogger("streamwal").setLevel(logging.WARNING)
     asyncio.set_event_loop(cluster.loop)
+    # Nearly everything a run allocates lives to its end (records, cores, follower
+    # tasks): with the default thresholds the collector walked them over and over
+    # (7.2 of 16.8 s of CPU at 2,000 pchannels over 100 nodes; 1.3 of 10.5 s so).
+    thresholds = gc.get_threshold()
+    gc.set_threshold(*GC_THRESHOLDS)
     try:
         return cluster.loop.run_until_complete(_scale(cluster, pchannels, replicas))
     finally:
+        gc.set_threshold(*thresholds)
         _close(cluster.loop)
         asyncio.set_event_loop(None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from streamwal.coord.liveness import Liveness, LivenessTracker, LossPolicy
+from streamwal.coord.liveness import Liveness, LivenessTracker, LossPolicy, refused
 
 
 def test_probe_schedule_follows_interval():
@@ -159,3 +159,86 @@ def test_a_coord_that_did_not_run_judges_no_node_by_its_own_absence():
         now = 3.5 + step * 0.25
         lost.update({c.node: now for c in t.tick(now) if c.lost})
     assert lost == {2: 4.25}  # its last answer (0.0) + the stall (2.5) + the grace (1.5)
+
+
+def test_pings_drained_late_are_judged_together_after_the_stall_is_credited():
+    """The coord's loop stalled 3 s; meanwhile one ping timed out and the next answered.
+    Judged one by one before the stall was credited, the node went SUSPECT and LIVE in
+    the same millisecond (healthy nodes flapped so at 1,024 x RF=3, issue 24)."""
+    t = LivenessTracker(interval=0.5, grace=1.5)
+    t.track(1, now=0.0)
+    t.observe(1, True, now=0.0)
+    t.heard(1, True, at=0.0, now=0.0)
+    assert t.tick(now=0.25) == []
+    t.observe(1, False, now=0.5)  # the status probe timed out as the loop stalled
+    assert t.heard_all([(1, False, 1.0, False), (1, True, 3.0, False)], now=3.3) == []
+    assert t.state(1) == Liveness.LIVE
+    # Judged once, on the latest outcome: a SUSPECT node whose last ping answered.
+    t2 = LivenessTracker(interval=0.5, grace=1.5)
+    t2.track(1, now=0.0)
+    t2.observe(1, True, now=0.0)
+    assert t2.observe(1, False, now=0.5).after == Liveness.SUSPECT  # no ping heard yet
+    changes = t2.heard_all([(1, False, 0.6, False), (1, True, 1.1, False)], now=1.2)
+    assert [(c.node, c.after) for c in changes] == [(1, Liveness.LIVE)]
+    changes = t2.heard_all([(1, True, 1.3, False), (1, False, 1.4, False)], now=1.5)
+    assert [(c.node, c.after) for c in changes] == [(1, Liveness.SUSPECT)]
+
+
+@pytest.mark.parametrize(
+    ("status", "ping", "down"),
+    [
+        # (latest status outcome, latest ping outcome): ok / refused / timeout / none
+        ("refused", "refused", True),  # nothing listens on either port: the process is gone
+        ("refused", "timeout", False),  # the probe port may just be slow
+        ("timeout", "refused", False),
+        ("timeout", "timeout", False),  # loaded or cut off: slow is not dead
+        ("refused", "none", False),  # no probe port: only the grace decides
+        ("refused", "ok", False),  # the pings answer: alive
+        ("ok", "refused", False),  # restarted, status answers (its ping backs off)
+    ],
+)
+def test_known_down_needs_both_signals_refused(status: str, ping: str, down: bool) -> None:
+    t = LivenessTracker(interval=0.5, grace=30.0)
+    t.track(1, now=0.0)
+    t.observe(1, True, now=0.0)
+    if ping != "none":
+        t.heard(1, ping == "ok", at=0.1, now=0.1, refused=ping == "refused")
+    t.observe(1, status == "ok", now=0.2, refused=status == "refused")
+    assert (t.down() == {1}) is down
+    # Known dead is not lost: the grace still decides that (single replicas wait for it).
+    assert t.state(1) != Liveness.LOST and t.alive() == {1}
+
+
+def test_a_refused_ping_brings_the_status_probe_forward_once() -> None:
+    t = LivenessTracker(interval=0.5, grace=30.0)
+    t.track(1, now=0.0)
+    t.observe(1, True, now=0.0)
+    t.heard(1, True, at=0.0, now=0.0)
+    assert t.due(0.1) == []
+    t.heard(1, False, at=0.1, now=0.1, refused=True)
+    assert t.due(0.1) == [1]  # ask the status port now, not in 0.4 s
+    assert not t.wants_ping(1)
+    t.observe(1, False, now=0.11, refused=True)
+    assert t.down() == {1}
+    t.heard(1, False, at=0.2, now=0.2, refused=True)
+    assert t.due(0.2) == []  # once: the schedule is the interval again
+    t.observe(1, True, now=0.7)  # back
+    assert t.down() == set()
+
+
+def test_a_refused_status_probe_wants_a_ping() -> None:
+    t = LivenessTracker(interval=0.5, grace=30.0)
+    t.track(1, now=0.0)
+    t.heard(1, True, at=0.0, now=0.0)
+    t.observe(1, False, now=0.1, refused=True)
+    assert t.wants_ping(1) and t.down() == set()
+    t.heard(1, False, at=0.12, now=0.12, refused=True)
+    assert not t.wants_ping(1) and t.down() == {1}
+
+
+def test_refused_recognises_grpc_connection_refusals() -> None:
+    assert refused(
+        "unavailable: UNAVAILABLE: failed to connect to all addresses; last error: UNKNOWN: "
+        "ipv4:127.0.0.1:5: Failed to connect to remote host: Connection refused"
+    )
+    assert not refused("deadline exceeded: Deadline Exceeded")

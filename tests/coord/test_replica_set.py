@@ -155,3 +155,28 @@ def test_a_single_owner_is_the_set_a_growth_starts_from() -> None:
     assert rs.next_step(view, {1, 2, 3}, {1, 2, 3}, (), loads) == rs.Wait(
         "no majority of its replicas is alive"
     )
+
+
+def test_leader_down_fails_over_at_once_only_when_clean() -> None:
+    """A dead leader's node (both ports refuse) need not wait the grace when a majority of
+    the set is up without it (the term change fences it and is clean); otherwise it waits."""
+    cases = [
+        # (view overrides, alive, down, expected)
+        ({}, {1, 2, 3}, {1}, True),
+        ({}, {1, 2, 3}, set(), False),  # nobody known dead
+        ({}, {1, 2, 3}, {2}, False),  # a follower down: no failover
+        ({}, {1, 2, 3}, {1, 2}, False),  # no majority up without the leader: the grace
+        ({}, {1, 3}, {1}, False),  # node 2 lost: 3 alone is no majority
+        ({"assigned": False}, {1, 2, 3}, {1}, False),  # a change under way: its own path
+        ({"previous": (1, 4)}, {1, 2, 3, 4}, {1}, True),  # joint: 4 holds the previous set
+        ({"previous": (1, 4)}, {1, 2, 3}, {1}, False),  # joint set without a majority
+    ]
+    for overrides, alive, down, expected in cases:
+        assert rs.leader_down(view(**overrides), alive, down) is expected, (overrides, down)
+    # A down leader counts as missing: a failover that keeps the node as a member.
+    v = view()
+    if rs.leader_down(v, ALL, {1}):
+        v = view(missing=frozenset({1}))
+    assert next_step(v, ALL, ALL - {1}, set(), dict.fromkeys(ALL, 0)) == TermChange(
+        "failover", (1, 2, 3)
+    )

@@ -299,3 +299,4 @@ def test_deadlines_grow_with_what_a_round_asks_of_each_node() -> None:
     assert base.scaled(1) == base and base.scaled(0) == base
     big = base.scaled(257)  # 1,024 term changes over 4 nodes
     assert (big.fence, big.assign, big.remove) == pytest.approx((4.56, 7.56, 3.56))
+    assert (base.follower, big.follower) == pytest.approx((2.0, 4.56))

@@ -74,3 +74,24 @@ async def test_no_leader_says_why_and_the_retry_converges_under_one_term():
         )
         is None
     )
+
+
+async def test_the_records_per_node_follow_every_change():
+    """ChannelRecords.held (what a node's report is checked against per probe, issue 24)
+    follows persists, moves and destroys."""
+    records = ChannelRecords(MemoryMetaStore(), CoordMetrics())
+    await records.load(1)
+    await records.persist("r", replicated("r", members=(1, 2, 3), leader=1).record)
+    await records.persist("s", replicated("s", members=(2, 3, 4), leader=4).record)
+    assert {n: set(v) for n, v in records.held().items()} == {
+        1: {"r"}, 2: {"r", "s"}, 3: {"r", "s"}, 4: {"s"}
+    }  # fmt: skip
+    moved = records.copy("r")
+    del moved.members[:]
+    moved.members.extend(replicated("x", members=(2, 3, 4)).record.members)
+    moved.meta.node.CopyFrom(moved.members[0])
+    await records.persist("r", moved)
+    gone = records.copy("s")
+    gone.destroyed = True
+    await records.persist("s", gone)
+    assert {n: set(v) for n, v in records.held().items()} == {2: {"r"}, 3: {"r"}, 4: {"r"}}

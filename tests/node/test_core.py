@@ -241,6 +241,42 @@ def test_a_leader_commits_on_a_majority_and_answers_its_waiters() -> None:
     assert c.visible_next == 5
 
 
+def test_followers_ahead_of_the_leaders_fsync_commit_only_what_it_made_durable() -> None:
+    """Records reach the followers while the leader's own fsync runs: both may acknowledge
+    more than the leader holds durably; the commit stops at the leader's durable end."""
+    c = assigned(1, LEAD)
+    write_all(c, 1)  # the new leader's tick
+    c.append(1, 4, 1000)  # on its way to the disk, and to the followers
+    assert c.wait_commit(1, 5, "w") == []
+    c.open_stream(2, 1, [], 1)
+    c.open_stream(3, 1, [], 1)
+    c.acked(2, 1, 5, sent=5)
+    c.acked(3, 1, 5, sent=5)
+    assert c.commit == 1 and c.visible_next == 1  # a majority holds 5; the leader 1
+    effects = c.written(1, 4, 40, 1, None, ledger=True)
+    assert Answer(("w",)) in effects and c.commit == 5
+
+
+def test_a_leaders_failed_write_ends_its_role_until_a_new_term() -> None:
+    """Its followers may hold the failed records: the offsets are not handed out again
+    under that term (two records at one term and offset), so the role ends, the pchannel
+    waits for an Assign, and only a new term is led here."""
+    c = assigned(1, LEAD)
+    write_all(c, 1)
+    c.append(1, 4, 1000)
+    assert c.wait_commit(1, 5, "w") == []
+    effects = c.write_failed([])
+    assert isinstance(effects[0], Fail) and effects[0].tokens == ("w",)
+    assert c.role is None and (c.committed_next, c.next_offset) == (1, 1)
+    with pytest.raises(ChannelNotExist, match="recovering"):
+        c.append(1, 1, 1000)
+    assert not c.reported  # the coord sees its leader missing: a term change
+    with pytest.raises(ChannelFenced, match="only under a new term"):
+        run(c.assign(1, LEAD))
+    run(c.assign(2, LEAD))
+    assert c.role is not None and c.append(2, 1, 1000).base == 1
+
+
 def test_older_terms_records_commit_only_with_one_of_the_leaders_own_term() -> None:
     """Raft's figure 8: a majority holding an older term's records is not enough."""
     meta = ChannelMeta(term=1, serving=True, assigned_term=1, history=[(1, 0)])

@@ -10,15 +10,18 @@ import grpc
 import pytest
 
 from streamwal.client.policy import DeliverPolicy
+from streamwal.coord.node_link import NodeLinks
 from streamwal.errors import (
     ChannelFenced,
     ChannelNotExist,
     IgnoredOperation,
     StreamingError,
+    Unavailable,
     UnmatchedChannelTerm,
 )
 from streamwal.grpc_errors import from_trailing
 from streamwal.node.peer import fetch
+from streamwal.proto import streaming_pb2 as pb
 from tests.node.helpers import RawConsumer, RawProducer, read_data
 
 
@@ -50,6 +53,36 @@ async def test_unknown_pchannel_is_channel_not_exist(client, node) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as info:
         await raw.call.read()
     assert info.value.code() == grpc.StatusCode.NOT_FOUND
+    await _batched_calls_answer_each_pchannel(node.address)
+
+
+async def _batched_calls_answer_each_pchannel(address: str) -> None:
+    """The coord's calls made together go in one StreamingNodeBatchService call per node
+    (coord/node_link.py); each pchannel still gets its own answer or error."""
+    links = NodeLinks()
+    try:
+        names = ["batch-a", "batch-b", "batch-c"]
+        await asyncio.gather(*(links.assign(address, n, 3, 5.0) for n in names))
+        fences = [links.fence(address, n, 4, 5.0) for n in names]
+        fences.append(links.fence(address, "batch\ta", 4, 5.0))  # not a valid name
+        *reports, bad = await asyncio.gather(*fences, return_exceptions=True)
+        assert isinstance(bad, StreamingError) and not isinstance(bad, Unavailable), bad
+        assert all(isinstance(r, pb.FenceResponse) for r in reports), reports
+        outcomes = await asyncio.gather(
+            links.assign(address, "batch-a", 2, 5.0),  # below the fence: ignored
+            links.assign(address, "batch-b", 4, 5.0),
+            links.remove(address, "batch-c", 4, 5.0),
+            links.remove(address, "batch-nowhere", 1, 5.0),
+            return_exceptions=True,
+        )
+        assert [type(o) for o in outcomes] == [IgnoredOperation, type(None), type(None),
+                                               ChannelNotExist]  # fmt: skip
+        status = await links.collect_status(address, 5.0)
+        terms = {c.pchannel.name: c.pchannel.term for c in status.channels}
+        assert terms.get("batch-b") == 4 and "batch-c" not in terms, terms
+        assert not links._unbatched  # the node served them as batches, not one by one
+    finally:
+        await links.close()
 
 
 async def test_assign_lower_term_is_ignored_and_same_term_idempotent(client, pchannel) -> None:

@@ -368,6 +368,9 @@ UNARY = {
         pb.StreamingNodeManagerCollectStatusRequest
     ),
     "/milvus.proto.streaming.StreamingNodeReplicationService/Fence": pb.FenceRequest,
+    "/milvus.proto.streaming.StreamingNodeBatchService/Fence": pb.FenceBatchRequest,
+    "/milvus.proto.streaming.StreamingNodeBatchService/Assign": pb.AssignBatchRequest,
+    "/milvus.proto.streaming.StreamingNodeBatchService/Remove": pb.RemoveBatchRequest,
     "/milvus.proto.streaming.StreamingNodeStateService/GetComponentStates": (
         milvus_pb2.GetComponentStatesRequest
     ),
@@ -400,7 +403,7 @@ def _unary_requests() -> st.SearchStrategy[tuple[str, bytes, object]]:
 
 def _must_refuse(method: str, req) -> bool:
     """Requests the rules refuse whatever the node's state: acknowledging one is a bug."""
-    if not method.endswith("/Assign") or req is None:
+    if not method.endswith("ManagerService/Assign") or req is None:
         return False
     name = req.pchannel.name
     raw = name.encode()

@@ -44,9 +44,10 @@ class _Store(LogStore):
 def _committer(
     store: _Store, groups: list[list[_Item]], rule: InlineRule | None = None
 ) -> GroupCommitter:
-    def prepare(group: list[_Item], wb) -> None:
+    def prepare(group: list[_Item], wb) -> bool:
         for item in group:
             wb.put(item.key, item.value)
+        return False  # the rule decides where the write runs
 
     def committed(group: list[_Item]) -> None:
         groups.append(group)

@@ -18,6 +18,10 @@ INTERNAL = [
      pb.StreamingNodeManagerRemoveRequest(pchannel=pb.PChannelInfo(name="x", term=1))),
     ("/milvus.proto.streaming.StreamingNodeReplicationService/Fence",
      pb.FenceRequest(pchannel=pb.PChannelInfo(name="x", term=5))),
+    ("/milvus.proto.streaming.StreamingNodeBatchService/Fence",
+     pb.FenceBatchRequest(items=[pb.FenceRequest(pchannel=pb.PChannelInfo(name="x", term=5))])),
+    ("/milvus.proto.streaming.StreamingNodeBatchService/Assign", pb.AssignBatchRequest()),
+    ("/milvus.proto.streaming.StreamingNodeBatchService/Remove", pb.RemoveBatchRequest()),
 ]  # fmt: skip
 FETCH = "/milvus.proto.streaming.StreamingNodeReplicationService/Fetch"
 
