@@ -398,11 +398,23 @@ def _run(coro) -> None:
     type=Duration(0.1, 3600),
     help="Give up after this long (the pod stops anyway).",
 )
-def wait_drained(address: str, timeout: float) -> None:
+@click.option(
+    "--settle",
+    default="2s",
+    show_default=True,
+    type=Duration(0, 600),
+    help="How long the node must lead nothing, in a row, before the hook returns.",
+)
+def wait_drained(address: str, timeout: float, settle: float) -> None:
     """Wait until the node leads no pchannel: the chart's preStop hook. The operator drains
     a node whose pod is being deleted (its leaders hand over to caught-up followers, its
     single copies move with their log); waiting here keeps the node serving until then,
-    so the kubelet's SIGTERM finds nothing to fail over. Exit 1 on timeout."""
+    so the kubelet's SIGTERM finds nothing to fail over. Exit 1 on timeout.
+
+    A node that leads nothing at the first look may not be draining yet: the operator
+    sees the pod's deletion a moment after the hook starts, and until then the coord may
+    still move a leader onto it (a rebalance). So the node must lead nothing for
+    `--settle` in a row: one look let a leader arrive after the hook returned."""
     from streamwal import transport
     from streamwal.proto import streaming_pb2 as pb
     from streamwal.proto import streaming_pb2_grpc as pbg
@@ -419,10 +431,16 @@ def wait_drained(address: str, timeout: float) -> None:
         return sum(c.role == pb.REPLICA_ROLE_LEADER for c in status.channels)
 
     async def run() -> bool:
-        deadline = asyncio.get_running_loop().time() + timeout
-        while asyncio.get_running_loop().time() < deadline:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        idle_since: float | None = None
+        while loop.time() < deadline:
             if await leads() == 0:
-                return True
+                idle_since = loop.time() if idle_since is None else idle_since
+                if loop.time() - idle_since >= settle:
+                    return True
+            else:
+                idle_since = None
             await asyncio.sleep(0.2)
         return False
 

@@ -77,7 +77,7 @@ def test_chart_node_args_parse_and_open_the_produce_port(kube_bin: Path) -> None
     hook = container["lifecycle"]["preStop"]["exec"]["command"]
     assert hook[:2] == ["streamwal", "wait-drained"]
     drain = wait_drained.make_context("wait-drained", hook[2:]).params
-    assert drain == {"address": "127.0.0.1:19530", "timeout": 25.0}
+    assert drain == {"address": "127.0.0.1:19530", "timeout": 25.0, "settle": 2.0}
     assert "lifecycle" not in _node_container(kube_bin, "--set", "node.drainTimeoutSeconds=0")
     args = [a.replace("$(NODE_ID)", "0") for a in container["args"][1:]]
     ctx = node.make_context("node", args)
