@@ -247,7 +247,8 @@ async def run(
     "--workdir",
     default=None,
     type=click.Path(file_okay=False),
-    help="Where the node keeps data (default: a temp dir).",
+    help="Where the node keeps data, in a temp dir made inside it (created if missing; "
+    "default: the system's temp dir).",
 )
 @click.option(
     "--replicas",
@@ -271,6 +272,8 @@ def node(
     restart_messages = restart_messages or (1_000_000 if quick else 10_000_000)
     import uvloop  # the client's loop, as `streamwal produce` and `bench compare` run it
 
+    if workdir is not None:
+        Path(workdir).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="streamwal-bench-", dir=workdir) as tmp:
         result = uvloop.run(run(quick, size, messages, restart_messages, Path(tmp), replicas))
     click.echo(json.dumps(result))

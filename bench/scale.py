@@ -45,6 +45,10 @@ from streamwal.proto import streaming_pb2_grpc as pbg
 PHASE_LIMIT_S = 120.0  # every phase is bounded
 
 
+class CaseFailed(RuntimeError):
+    """A case that could not be measured (e.g. saturated nodes): reported in the JSON."""
+
+
 class _Discovery:
     """One AssignmentDiscover client: counts (arrival time, bytes) per message and keeps
     the view (pchannel -> (node, term)); the bench reads progress from it instead of
@@ -176,12 +180,15 @@ async def scale_case(
         wal = await open_wal(cluster.coord_address, failover_timeout=60)
         # A single copy on a killed node is gone with it (an unclean move by design):
         # producers prove "nothing acknowledged lost" on replicated pchannels only.
-        for name in moved[: sample if replicas > 1 else 0]:
-            await wal.resolve(name, timeout=30)
-            senders.append(_Sender(await wal.producer(name)))
-        moment = time.monotonic()
-        for sender in senders:
-            await _until(lambda s=sender: s.first_ack_after(moment) is not None, 30, "an ack")
+        try:
+            for name in moved[: sample if replicas > 1 else 0]:
+                await wal.resolve(name, timeout=30)
+                senders.append(_Sender(await wal.producer(name)))
+            moment = time.monotonic()
+            for sender in senders:
+                await _until(lambda s=sender: s.first_ack_after(moment) is not None, 30, "an ack")
+        except (StreamingError, TimeoutError) as err:  # saturated nodes: a figure, not a crash
+            raise CaseFailed(f"the sample's producers got no ack before the kill: {err}") from err
         say(f"kill node {victim}")
         cluster.kill_node(victim)
         killed_at = time.monotonic()
@@ -353,11 +360,14 @@ def scale(
                 bar.set_description(f"{count} x RF={factor}: {label}")
 
             with tempfile.TemporaryDirectory(prefix="sw-scale-") as tmp:
-                case = asyncio.run(
-                    scale_case(
-                        Path(tmp), count, factor, nodes, sample, tick, time_tick_interval, grace
+                try:
+                    case = asyncio.run(
+                        scale_case(
+                            Path(tmp), count, factor, nodes, sample, tick, time_tick_interval, grace
+                        )
                     )
-                )
+                except CaseFailed as err:
+                    case = {"pchannels": count, "replicas": factor, "error": str(err)}
             results["cases"].append(case)
             bar.update(1)
         if sim:
@@ -367,3 +377,6 @@ def scale(
             results["sim"] = run_scale(sim_nodes, sim_pchannels)
             bar.update(1)
     print(json.dumps(results, indent=2))
+    failed = [f"{c['pchannels']} x RF={c['replicas']}" for c in results["cases"] if "error" in c]
+    if failed:
+        raise SystemExit(f"failed: {', '.join(failed)}")
