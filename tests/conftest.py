@@ -106,8 +106,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     phase = config.getoption("--phase")
     if phase == "all":
         return
-    keep = [item for item in items if _serial(item) == (phase == "serial")]
-    dropped = [item for item in items if _serial(item) != (phase == "serial")]
+    keep: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        (keep if _serial(item) == (phase == "serial") else dropped).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
     items[:] = keep
