@@ -80,20 +80,23 @@ async def _coord_knows(coord: str, name: str, timeout: float = 2.0) -> bool | No
 
 
 async def _connect(coord: str, channel: str):
-    """The routed client, after checking that the coord answers and knows `channel` (a
-    pchannel, or a vchannel on one): a typo fails at once, not after a failover wait."""
+    """The routed client, once the coord answers and `channel` resolves: a typo, or a
+    pchannel that lost acknowledged records, fails at once with the coord's reason."""
     from streamwal.client.wal import open_wal
-    from streamwal.message import pchannel_of
+    from streamwal.errors import Unavailable
 
-    known = await _coord_knows(coord, channel)
-    if known is None:
-        raise click.ClickException(f"no coord answers at {coord} (--coord, STREAMWAL_COORD)")
-    parent = pchannel_of(channel)
-    if not known and (parent == channel or not await _coord_knows(coord, parent)):
+    try:
+        wal = await open_wal(coord, timeout=CONNECT_TIMEOUT)
+    except Unavailable:
         raise click.ClickException(
-            f"no such channel: {channel!r} (streamwal channel list; streamwal channel create)"
-        )
-    return await open_wal(coord, timeout=CONNECT_TIMEOUT)
+            f"no coord answers at {coord} (--coord, STREAMWAL_COORD)"
+        ) from None
+    try:
+        await wal.resolve(channel)
+    except BaseException:
+        await wal.close()
+        raise
+    return wal
 
 
 async def _until_signalled(work: Callable[[], Awaitable[None]]) -> bool:

@@ -24,7 +24,10 @@ from dataclasses import dataclass
 import grpc
 from grpc import aio
 
-from streamwal.errors import StreamingError, Unavailable
+from streamwal.errors import ChannelNotExist, DataLoss, StreamingError, Unavailable
+from streamwal.grpc_errors import from_trailing
+from streamwal.proto import coord_pb2 as cpb
+from streamwal.proto import coord_pb2_grpc as cpbg
 from streamwal.proto import streaming_pb2 as pb
 from streamwal.proto import streaming_pb2_grpc as pbg
 from streamwal.transport import TransportConfig, make_channel
@@ -145,6 +148,28 @@ class AssignmentWatcher:
                 )
             with suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), remaining)
+
+    async def refusal(self, channel: str, timeout: float = 2.0) -> StreamingError | None:
+        """The error a caller waiting for `channel`'s owner should get at once, as the
+        coord describes it: DataLoss while its only copy lost acknowledged records (no
+        owner comes until `channel accept-loss`), ChannelNotExist when the coord has no such
+        pchannel (destroyed, never made, or a vchannel's name). None while it is only
+        between owners, or when the coord does not answer: the caller's deadline bounds
+        that wait, and a failover must not be cut short by a slow describe."""
+        if self._channel is None:
+            return None
+        stub = cpbg.StreamingCoordChannelServiceStub(self._channel)
+        request = cpb.DescribeChannelsRequest(channel_names=[channel])
+        try:
+            described = await stub.DescribeChannels(request, timeout=timeout)
+        except aio.AioRpcError as err:
+            typed = from_trailing(err.trailing_metadata())
+            return typed if isinstance(typed, ChannelNotExist) else None
+        for d in described.descriptions:
+            if d.data_loss:
+                why = d.data_loss.removeprefix(f"{pb.StreamingCode.Name(DataLoss.code)}: ")
+                return DataLoss(f"{why} (coord {self.coord})")
+        return None
 
     def report_error(self, route: Route, err: StreamingError) -> None:
         """Tell the coord this route failed (dropped when the stream is down: the coord's

@@ -46,6 +46,10 @@ log = logging.getLogger("streamwal.client.routing")
 
 T = TypeVar("T")
 RETRY_INTERVAL = 0.25  # how long to wait for a newer assignment before retrying the same one
+# Without a working owner this long, ask the coord whether one can come at all (and again
+# as often): a pchannel that lost acknowledged records, or was destroyed, fails the wait
+# at once with the coord's reason instead of after `failover_timeout`.
+ASK_COORD_EVERY = 1.0
 _SUPERSEDED = object()  # an open attempt given up for a newer assignment
 
 
@@ -104,9 +108,12 @@ class Router:
         """Call `open_at(route)` on the current owner until it works; returns (route, result).
 
         `failed`/`err`: the route that just failed (reported to the coord, and a newer
-        route is preferred). Non-retryable errors propagate; NoRoute after the deadline.
+        route is preferred). Non-retryable errors propagate; so does the coord's refusal
+        (DataLoss, ChannelNotExist: `AssignmentWatcher.refusal`), asked once a second
+        while no owner works; NoRoute after the deadline.
         """
         deadline = time.monotonic() + self.failover_timeout
+        ask_coord_at = time.monotonic() + ASK_COORD_EVERY
         last_err = err
         route = failed
         while True:
@@ -120,10 +127,17 @@ class Router:
                     f"pchannel {pchannel!r}: no working owner within "
                     f"{self.failover_timeout:.1f}s (last error: {last_err})"
                 )
+            if time.monotonic() >= ask_coord_at:
+                refusal = await self.watcher.refusal(pchannel, min(2.0, remaining))
+                if refusal is not None:
+                    raise refusal
+                ask_coord_at = time.monotonic() + ASK_COORD_EVERY
+                continue  # the deadline is looked at again first
             try:
                 # Prefer a newer assignment; after a short wait retry the current one
                 # (an unreachable node may be back, a restarted one re-assigned).
                 wait = remaining if route is None else min(RETRY_INTERVAL, remaining)
+                wait = min(wait, max(0.0, ask_coord_at - time.monotonic()))
                 candidate = await self.watcher.wait_route(pchannel, route, wait)
             except NoRoute:
                 candidate = self.watcher.route(pchannel)

@@ -23,7 +23,7 @@ from contextlib import suppress
 
 from streamwal.client.discovery import AssignmentWatcher, NoRoute, Route
 from streamwal.client.policy import DeliverFilter, DeliverPolicy
-from streamwal.client.routing import RoutedConsumer, RoutedProducer, Router
+from streamwal.client.routing import ASK_COORD_EVERY, RoutedConsumer, RoutedProducer, Router
 from streamwal.errors import ChannelNotExist
 from streamwal.message import pchannel_of
 from streamwal.transport import TransportConfig
@@ -48,6 +48,7 @@ class WAL:
         assignment, not the shape of the name, decides.)
         """
         deadline = time.monotonic() + (timeout or self.router.failover_timeout)
+        ask_coord_at = time.monotonic()
         while True:
             routes = self.watcher.routes
             if channel in routes:
@@ -61,8 +62,26 @@ class WAL:
                     f"channel {channel!r}: neither it nor {parent!r} is assigned "
                     f"(coord {self.watcher.coord}, version {self.watcher.version})"
                 )
+            if time.monotonic() >= ask_coord_at:
+                await self._refuse_unservable(channel, parent, min(2.0, remaining))
+                ask_coord_at = time.monotonic() + ASK_COORD_EVERY
             with suppress(NoRoute):
                 await self.watcher.wait_route(channel, None, min(remaining, 0.2))
+
+    async def _refuse_unservable(self, channel: str, parent: str, timeout: float) -> None:
+        """Raise what the coord says of an unassigned name: DataLoss, or ChannelNotExist
+        when neither it nor (for a vchannel's name) its pchannel exists; a typo fails at
+        once, not after the failover wait."""
+        refusal = await self.watcher.refusal(channel, timeout)
+        if isinstance(refusal, ChannelNotExist) and parent != channel:
+            refusal = await self.watcher.refusal(parent, timeout)
+        if isinstance(refusal, ChannelNotExist):
+            raise ChannelNotExist(
+                f"no such channel: {channel!r} (coord {self.watcher.coord}; "
+                "streamwal channel list, streamwal channel create)"
+            )
+        if refusal is not None:
+            raise refusal
 
     async def producer(
         self, channel: str, *, producer_id: str | None = None, **options

@@ -14,10 +14,14 @@ import contextlib
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 from streamwal.client.wal import open_wal
 from streamwal.coord import state_machine as sm
+from streamwal.errors import DataLoss
 from streamwal.testing.local_cluster import LocalCluster
 from tests.node.test_corruption import flip_middle, newest
 from tests.support import wait_for
@@ -60,6 +64,13 @@ async def test_a_lost_single_copy_waits_for_accept_loss_and_never_reuses_an_offs
         d = (await cluster.describe())[name]
         assert d.meta.state == sm.UNAVAILABLE
         assert d.meta.node.server_id == owner
+        # A client waiting for an owner is told why none comes, at once (not after its
+        # 30 s failover wait), whichever way it asks.
+        for attempt in (wal.producer(name), wal.consumer(name), wal.end_offset(name)):
+            started = time.monotonic()
+            with pytest.raises(DataLoss, match="acknowledged"):
+                await attempt
+            assert time.monotonic() - started < 5
 
         accepted = cli("accept-loss", "--coord", cluster.coord_address, name)
         assert accepted.returncode == 0, accepted.stderr

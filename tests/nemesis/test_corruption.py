@@ -136,6 +136,9 @@ async def test_one_copy_corrupted(nemesis, target: str) -> None:
         if state == "assigned":  # served again: then it must be whole
             try:
                 read = await read_from_start(wal, name, timeout=10)
+            except DataLoss as exc:  # found after describe looked: as a user, accept it
+                errors.append(f"read: {type(exc).__name__}: {exc}")
+                state = "data loss"
             except (StreamingError, TimeoutError, AssertionError) as exc:
                 errors.append(f"read: {type(exc).__name__}: {exc}")
         gone = lost(work.acked, dict(read))
