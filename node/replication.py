@@ -214,7 +214,8 @@ class Replication:
             },
         )
         self._lease(ch, role)[first.node_id] = time.monotonic()
-        await _LeaderStream(self, ch, role, first.node_id, start, acks, context).run()
+        stream = _LeaderStream(self, ch, role, first.node_id, start, acks, context, first.batched)
+        await stream.run()
 
     def acked(self, ch: Channel, role: Leading, node: int, end: int, sent: int) -> None:
         """A follower's ReplicaAck: it holds everything below `end` (of what was `sent`)."""
@@ -259,6 +260,7 @@ class Replication:
             replica=role.ordinal,
             acked_offset=ch.committed_next,
             term_history=_starts(ch.meta.history) if first else (),
+            batched=first,
         )
 
     async def _follow_once(self, ch: Channel, role: Following) -> None:
@@ -278,10 +280,10 @@ class Replication:
                 await call.write(self._ack(ch, role, first=True))
                 while ch.core.role is role:
                     entries = [await queue.get()]
-                    size = len(getattr(entries[0], "record", b""))
+                    size = _size(entries[0])
                     while not queue.empty() and size < APPLY_BYTES:
                         entries.append(queue.get_nowait())
-                        size += len(getattr(entries[-1], "record", b""))
+                        size += _size(entries[-1])
                     end = next((e for e in entries if isinstance(e, BaseException)), None)
                     applied = [e for e in entries if isinstance(e, pb.LogEntry)]
                     changed = bool(applied) and ch.core.role is role
@@ -302,17 +304,22 @@ class Replication:
     async def apply(self, ch: Channel, entries: list[pb.LogEntry]) -> bool:
         """The core applies its leader's entries (core.apply: cut if told, store, sync,
         then learn the commit offset); True when the log changed (to acknowledge)."""
-        got = [
-            Entry(
-                e.term,
-                e.offset,
-                e.record,
-                e.truncate_from if e.HasField("truncate_from") else None,
-                e.commit_offset,
-            )
-            for e in entries
-        ]
+        got: list[Entry] = []
+        for e in entries:
+            cut = e.truncate_from if e.HasField("truncate_from") else None
+            got.append(Entry(e.term, e.offset, e.record, cut, e.commit_offset))
+            offset = e.offset + (records.peek(e.record)[2] if e.record else 0)
+            for value in e.next_records:
+                got.append(Entry(e.term, offset, value, None, e.commit_offset))
+                offset += records.peek(value)[2]
         return await self.wal.steps(ch, ch.core.apply(got))
+
+
+def _size(item: pb.LogEntry | BaseException) -> int:
+    """Record bytes of a queued LogEntry (an error ends the stream: none)."""
+    if not isinstance(item, pb.LogEntry):
+        return 0
+    return len(item.record) + sum(map(len, item.next_records))
 
 
 def term_error(pchannel: str, theirs: int, ours: int) -> StreamingError:
@@ -343,8 +350,10 @@ class _LeaderStream:
         start: rules.Start,
         acks,
         context,
+        batched: bool = False,
     ) -> None:
         self.repl = repl
+        self.batched = batched  # the follower applies LogEntry.next_records
         self.ch = ch
         self.role = role
         self.node = node
@@ -423,22 +432,28 @@ class _LeaderStream:
             reader.cancel()
 
     async def _send_records(self, end: int) -> bool:
-        """The records from `position` below `end`; False when none could be read yet (a
-        group on its way to the disk that the cache no longer holds)."""
+        """The records from `position` below `end`, in one entry to a follower that takes
+        batches (else one entry each); False when none could be read yet (a group on its
+        way to the disk that the cache no longer holds)."""
         recs = await self.repl.wal.read_raw(self.ch, self.position, READ_RECORDS, READ_BYTES, end)
-        sent = False
+        recs = [(base, value) for base, value in recs if base >= self.position]  # never split
+        if not recs:
+            return False
+        # Advanced before the write: the follower's ack of these records may be read while
+        # the write is still awaited, and an ack above `position` is clipped.
         for base, value in recs:
-            if base < self.position:  # a record the follower already has (never split)
-                continue
-            entry = self._entry(offset=base, record=value)
-            # Advanced before the write: the follower's ack of this record may be read
-            # while the write is still awaited, and an ack above `position` is clipped.
             self.position = base + records.peek(value)[2]
             self.window.append((self.position, len(value)))
             self.inflight += len(value)
-            sent = True
-            await self.context.write(entry)
-        return sent
+        if self.batched:
+            (base, first), rest = recs[0], recs[1:]
+            await self.context.write(
+                self._entry(offset=base, record=first, next_records=[v for _, v in rest])
+            )
+        else:
+            for base, value in recs:
+                await self.context.write(self._entry(offset=base, record=value))
+        return True
 
     async def _read_acks(self) -> StreamingError | None:
         """Follower acks until it closes (None) or misbehaves (the error)."""

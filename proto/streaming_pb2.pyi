@@ -660,7 +660,7 @@ class ReplicaProgress(_message.Message):
     def __init__(self, node_id: _Optional[int] = ..., acked_offset: _Optional[int] = ..., lag: _Optional[int] = ...) -> None: ...
 
 class ReplicaAck(_message.Message):
-    __slots__ = ("pchannel", "term", "node_id", "replica", "acked_offset", "replay", "term_history")
+    __slots__ = ("pchannel", "term", "node_id", "replica", "acked_offset", "replay", "term_history", "batched")
     PCHANNEL_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -668,6 +668,7 @@ class ReplicaAck(_message.Message):
     ACKED_OFFSET_FIELD_NUMBER: _ClassVar[int]
     REPLAY_FIELD_NUMBER: _ClassVar[int]
     TERM_HISTORY_FIELD_NUMBER: _ClassVar[int]
+    BATCHED_FIELD_NUMBER: _ClassVar[int]
     pchannel: str
     term: int
     node_id: int
@@ -675,23 +676,26 @@ class ReplicaAck(_message.Message):
     acked_offset: int
     replay: bool
     term_history: _containers.RepeatedCompositeFieldContainer[TermStart]
-    def __init__(self, pchannel: _Optional[str] = ..., term: _Optional[int] = ..., node_id: _Optional[int] = ..., replica: _Optional[int] = ..., acked_offset: _Optional[int] = ..., replay: _Optional[bool] = ..., term_history: _Optional[_Iterable[_Union[TermStart, _Mapping]]] = ...) -> None: ...
+    batched: bool
+    def __init__(self, pchannel: _Optional[str] = ..., term: _Optional[int] = ..., node_id: _Optional[int] = ..., replica: _Optional[int] = ..., acked_offset: _Optional[int] = ..., replay: _Optional[bool] = ..., term_history: _Optional[_Iterable[_Union[TermStart, _Mapping]]] = ..., batched: _Optional[bool] = ...) -> None: ...
 
 class LogEntry(_message.Message):
-    __slots__ = ("offset", "record", "term", "commit_offset", "truncate_from", "term_history")
+    __slots__ = ("offset", "record", "term", "commit_offset", "truncate_from", "term_history", "next_records")
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     RECORD_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
     COMMIT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     TRUNCATE_FROM_FIELD_NUMBER: _ClassVar[int]
     TERM_HISTORY_FIELD_NUMBER: _ClassVar[int]
+    NEXT_RECORDS_FIELD_NUMBER: _ClassVar[int]
     offset: int
     record: bytes
     term: int
     commit_offset: int
     truncate_from: int
     term_history: _containers.RepeatedCompositeFieldContainer[TermStart]
-    def __init__(self, offset: _Optional[int] = ..., record: _Optional[bytes] = ..., term: _Optional[int] = ..., commit_offset: _Optional[int] = ..., truncate_from: _Optional[int] = ..., term_history: _Optional[_Iterable[_Union[TermStart, _Mapping]]] = ...) -> None: ...
+    next_records: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, offset: _Optional[int] = ..., record: _Optional[bytes] = ..., term: _Optional[int] = ..., commit_offset: _Optional[int] = ..., truncate_from: _Optional[int] = ..., term_history: _Optional[_Iterable[_Union[TermStart, _Mapping]]] = ..., next_records: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class FenceRequest(_message.Message):
     __slots__ = ("pchannel",)
