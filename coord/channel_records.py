@@ -39,6 +39,7 @@ class ChannelRecords:
         self._stored: dict[str, Stored] = {}
         self._held: dict[int, set[str]] = {}  # node -> pchannels whose records name it
         self._locks: dict[str, asyncio.Lock] = {}
+        self._changed: set[str] = set()  # names set since the last `take_changed`
 
     async def load(self, incarnation: int) -> None:
         """Read every record; a fresh hub publishes them under `incarnation`."""
@@ -61,6 +62,12 @@ class ChannelRecords:
         `planner.held_by`): what its reports are checked against, without a walk over
         every record per probe (issue 24: 10,000 pchannels)."""
         return MappingProxyType(self._held)
+
+    def take_changed(self) -> set[str]:
+        """The pchannels whose record changed (persisted, refreshed, loaded) since the
+        last call: what the next planning round must look at (`planner.plan`'s dirty)."""
+        changed, self._changed = self._changed, set()
+        return changed
 
     def get(self, name: str) -> Stored | None:
         return self._stored.get(name)
@@ -92,6 +99,7 @@ class ChannelRecords:
 
     def _set(self, name: str, stored: Stored | None) -> None:
         """Replace the view's record of `name` (None: gone), keeping `held` in step."""
+        self._changed.add(name)
         old = self._stored.get(name)
         for node in held_by(old.record) if old is not None else ():
             names = self._held[node]

@@ -8,7 +8,8 @@ Two loops, both bounded in time:
 - the reconcile loop (woken by probes, user requests and a 1 s timer) runs rounds: it
   confirms the pchannels clients reported with their owner, asks the pure planner for
   the round's jobs (`planner.plan`), and hands them to the executor, which runs each
-  job's saga (`sagas`) step by step under the pchannel's lock.
+  job's saga (`sagas`) step by step under the pchannel's lock. A round plans only the
+  pchannels something changed about (`_take_dirty`): its cost follows the change.
 
 Records live in `ChannelRecords` (persisted before anything acts on them); what the coord
 knows besides them (probe reports, notes on its own work) in `Memory`.
@@ -128,6 +129,15 @@ class Coordinator:
         self._cluster_version: str | None = None
         self._rebalance_due = True
         self._next_rebalance = 0.0
+        # What the next round plans (`planner.plan`'s dirty): pchannels flagged by probes
+        # and liveness changes, those the last round left unsettled, and (at the round)
+        # those whose record changed. A full round (all of them) when what every pchannel
+        # depends on changed: the first round, a due rebalance, the avoided nodes, labels,
+        # domains, or the live set where labels or domains constrain placement.
+        self._dirty: set[str] = set()
+        self._unsettled: set[str] = set()
+        self._full_due = True
+        self._last_live: frozenset[int] = frozenset()
         self._wake = asyncio.Event()
         self._first_probe = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
@@ -213,6 +223,7 @@ class Coordinator:
         attrs = (dict(labels or {}), dict(domains or {}))
         if attrs != (self.labels, self.domains):
             self.labels, self.domains = attrs
+            self._full_due = True
             self.wake()
         if nodes == self.config.nodes:
             return
@@ -266,6 +277,7 @@ class Coordinator:
         if nodes != self.draining:
             log.info("nodes draining", extra={"nodes": sorted(nodes)})
             self.draining = set(nodes)
+            self._full_due = True
             self._rebalance_due = True
             self.wake()
 
@@ -566,8 +578,11 @@ class Coordinator:
         if self.pinger is not None and self.tracker.wants_ping(node):
             self.pinger.poke()
         self._note_down(now)
-        if ok and pl.needs_action(node, self._snapshot()):
-            self.wake()
+        if ok:
+            flagged = pl.needs_action(node, self._snapshot())
+            if flagged:
+                self._dirty |= flagged
+                self.wake()
 
     def _feed_pings(self, now: float) -> None:
         """Hand the pinger's outcomes to the tracker, before anything else is judged."""
@@ -583,8 +598,10 @@ class Coordinator:
         down = self.tracker.down()
         for node in set(self._down_at) - down:
             del self._down_at[node]
+            self._mark(node)
         for node in sorted(down - set(self._down_at)):
             self._down_at[node] = now
+            self._mark(node)
             log.warning("node down: its ports refuse connections", extra={"node": node})
             self.wake()
 
@@ -622,9 +639,11 @@ class Coordinator:
                     "max_s": self.config.max_clock_offset,
                 },
             )
+            self._full_due = True
             self.wake()
         elif not skewed and node in self.skewed:
             log.info("node clock back within the bound", extra={"node": node})
+            self._full_due = True
             self.wake()
         if skewed:
             self.skewed[node] = offset
@@ -641,8 +660,13 @@ class Coordinator:
             if meta.node.server_id == node and status.pchannel.term == meta.channel.term:
                 self.metrics.set_replicas(name, status)
 
+    def _mark(self, node: int) -> None:
+        """Something about `node` changed: the next round plans every pchannel it holds."""
+        self._dirty.update(self.records.held().get(node, ()))
+
     def _on_transition(self, node: int, after: Liveness) -> None:
         log.info("node liveness changed", extra={"node": node, "liveness": after.value})
+        self._mark(node)
         if after == Liveness.LOST:
             self.memory.lost_at[node] = self.clock()
             self.memory.forget(node)
@@ -691,7 +715,10 @@ class Coordinator:
             self._rebalance_due = True
             self._next_rebalance = now + self.config.rebalance_interval
         seen = self._observe_liveness(frozenset(await self._rechecks()))
-        plan = pl.plan(self._snapshot(), seen, now)
+        dirty = self._take_dirty(seen)
+        self.metrics.planned.inc(len(self.records.all()) if dirty is None else len(dirty))
+        plan = pl.plan(self._snapshot(), seen, now, dirty)
+        self._unsettled = set(plan.unsettled)
         if plan.rebalanced:
             self._rebalance_due = self._single_on_avoided()
         for job in plan.fence:  # fenced once per observation; the next probe tells
@@ -705,6 +732,15 @@ class Coordinator:
                 "rebalancing", extra={"moves": [(n, s, t and t.server_id) for n, s, t in moves]}
             )
         await self.executor.run(plan, self._round(seen, plan.leaders, len(plan)))
+
+    def _take_dirty(self, seen: pl.Observations) -> set[str] | None:
+        """What this round plans (None: every pchannel); the sets start over."""
+        changed = self.records.take_changed()
+        constrained = bool(self.labels or self.domains) and seen.live != self._last_live
+        full = self._full_due or self._rebalance_due or constrained
+        dirty = self._dirty | self._unsettled | changed | seen.rechecked
+        self._dirty, self._full_due, self._last_live = set(), False, seen.live
+        return None if full else dirty
 
     def _observe_liveness(self, rechecked: frozenset[str] = frozenset()) -> pl.Observations:
         nodes = set(self.config.nodes)

@@ -106,7 +106,10 @@ def desired_members(
     ]
     kept = [n for i, n in enumerate(out) if i not in set(gone)]
     count = len(gone) + max(wanted - len(out), 0)
-    spare = place(count, loads, live, drained, exclude=out, spread=spread, keep=kept)
+    # (no ranking when nothing is to be placed: most sets are whole, every round)
+    spare = (
+        place(count, loads, live, drained, exclude=out, spread=spread, keep=kept) if count else []
+    )
     for i in gone:
         if not spare:
             break

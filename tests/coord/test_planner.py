@@ -78,6 +78,7 @@ def round_of(
     grace=30.0,
     labels=None,
     domains=None,
+    dirty=None,
 ) -> pl.Plan:
     snapshot = pl.Snapshot(
         records={s.name: s for s in records},
@@ -97,7 +98,7 @@ def round_of(
         rechecked=frozenset(rechecked),
         down=frozenset(down),
     )
-    return pl.plan(snapshot, seen, now)
+    return pl.plan(snapshot, seen, now, dirty)
 
 
 def kinds(plan: pl.Plan) -> list[tuple]:
@@ -386,7 +387,7 @@ def test_a_report_that_asks_for_action_wakes_the_reconciler() -> None:
         for n in rs.held_by(stored.record):
             held.setdefault(n, set()).add(name)
 
-    def needs(node: int, served) -> bool:
+    def needs(node: int, served) -> set[str]:
         memory.reports[node] = NodeReport.of(5.0, served)
         snapshot = pl.Snapshot(records, NODES, frozenset(), memory)
         walked = pl.needs_action(node, snapshot)
@@ -395,11 +396,46 @@ def test_a_report_that_asks_for_action_wakes_the_reconciler() -> None:
         assert walked == indexed
         return indexed
 
-    assert not needs(1, [status("a", 2), status("r", 1, FOLLOWER)])
-    assert needs(1, [status("r", 1, FOLLOWER)])  # its own pchannel "a" is missing
-    assert needs(1, [status("a", 1)])  # stale term (and "a" at 2 missing)
-    assert needs(3, [])  # a replicated member that serves nothing
-    assert not needs(4, [])
+    assert needs(1, [status("a", 2), status("r", 1, FOLLOWER)]) == set()
+    assert needs(1, [status("r", 1, FOLLOWER)]) == {"a"}  # its own "a" is missing
+    assert needs(1, [status("a", 1), status("r", 1, FOLLOWER)]) == {"a"}  # a stale term
+    assert needs(2, [status("x", 1)]) == {"r", "x"}  # unknown "x"; "r" led by 2: missing
+    assert needs(3, []) == {"r"}  # a replicated member that serves nothing
+    assert needs(4, []) == set()
+
+
+@pytest.mark.parametrize("case", list(ROUNDS) + list(REPLICATED_ROUNDS))
+def test_a_round_over_the_changed_pchannels_plans_what_a_full_round_would(case: str) -> None:
+    """The coord plans only what changed (planner.plan's dirty): over every pchannel of
+    a table it is the full round, and every pchannel given a job stays unsettled (the
+    next round looks at it again even when nothing about it changes)."""
+    given, _ = {**ROUNDS, **REPLICATED_ROUNDS}[case]
+    full = round_of(**given)
+    names = {s.name for s in given["records"]}
+    assert dataclasses.replace(round_of(**given, dirty=names), unsettled=full.unsettled) == full
+    assert {j.name for j in full.assign} <= full.unsettled <= names
+    if "rebalance" not in given:  # a dirty round plans nothing outside its set
+        assert len(round_of(**given, dirty=set())) == 0
+
+
+def test_a_round_follows_the_change_not_the_cluster() -> None:
+    """2,000 replicated pchannels at rest and one whose leader is lost: the full round
+    gives that one its failover and leaves only it unsettled; planning just it (what
+    the coord does after the loss) gives the same job."""
+    rest = [replicated(f"r{i}", members=(2, 3, 4), leader=2 + i % 3) for i in range(2000)]
+    lost = replicated("x", members=(1, 2, 3), leader=1)
+    full = round_of([*rest, lost], alive=(2, 3, 4))
+    assert kinds(full) == [("term", "x", "failover", (4, 2, 3))]
+    assert full.unsettled == {"x"}
+    dirty = round_of([*rest, lost], alive=(2, 3, 4), dirty={"x"})
+    assert kinds(dirty) == kinds(full) and dirty.unsettled == {"x"}
+    # at rest: ASSIGNED on live members, the set full; a suspect member is not
+    assert pl.at_rest(rest[0].record, pl.Snapshot({}, NODES, frozenset(), Memory()), OBSERVED)
+    suspect = dataclasses.replace(OBSERVED, live=frozenset({2, 3}))
+    assert not pl.at_rest(rest[0].record, pl.Snapshot({}, NODES, frozenset(), Memory()), suspect)
+
+
+OBSERVED = pl.Observations(alive=frozenset(NODES), live=frozenset(NODES))
 
 
 def test_a_retention_the_members_have_not_taken_is_applied_once_assigned() -> None:
