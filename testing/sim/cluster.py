@@ -53,6 +53,11 @@ class Config:
     probe_interval: float = 0.25
     grace: float = 1.0
     tick_interval: float = 0.5
+    # A replication pull with nothing new waits this long on the leader for new records
+    # or a new commit offset (the leader's Notify ends the wait at once, as a real
+    # stream's push would); the follower gives up on a pull after `pull_timeout`.
+    pull_wait: float = 1.0
+    pull_timeout: float = 1.0
     disk_latency: tuple[float, float] = (0.0005, 0.002)
     epoch_ms: int = 1_700_000_000_000
     faults_per_second: float = 1.5

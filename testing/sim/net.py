@@ -68,38 +68,73 @@ class Network:
         what: str = "call",
     ) -> T:
         """Run `handler` on `dst` and return its result; raises its StreamingError, or
-        Unavailable when the call cannot complete within `timeout`."""
-        self.calls += 1
-        try:
-            return await asyncio.wait_for(self._call(src, dst, handler), timeout)
-        except TimeoutError:
-            raise Unavailable(f"{what} {src}->{dst}: no answer within {timeout:.3f}s") from None
+        Unavailable when the call cannot complete within `timeout`. A caller that gives
+        up (timeout, cancellation) cancels the handler, as a gRPC deadline does.
 
-    async def _call(self, src: int, dst: int, handler: Callable[[], Awaitable[Any]]) -> Any:
+        Driven by callbacks on one future: the only task is the handler's, on `dst`
+        (issue 24: a task per leg and per deadline was most of a 10,000-pchannel run)."""
+        self.calls += 1
+        loop = asyncio.get_running_loop()
+        call = _Call(loop.create_future(), dst)
+        timer = loop.call_later(
+            timeout, call.fail, Unavailable(f"{what} {src}->{dst}: no answer within {timeout:.3f}s")
+        )
         there = self._leg(src, dst)
-        if there is None:
-            await asyncio.Event().wait()  # lost: the caller's timeout ends it
-        await asyncio.sleep(there or 0.0)
-        endpoint = self.endpoints.get(dst)
-        if endpoint is None or not endpoint.up:
-            raise Unavailable(f"connection refused by {dst}")
-        await endpoint.awake()
-        task = endpoint.spawn(_run(endpoint, handler))
+        if there is not None:  # else lost: the timeout ends it
+            loop.call_later(there, self._arrive, src, call, handler)
         try:
-            result = await task
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if task.cancelled() and current is not None and not current.cancelling():
-                raise Unavailable(f"{dst} went down during the call") from None
-            raise
-        back = self._leg(dst, src)
-        if back is None:
-            await asyncio.Event().wait()
-        await asyncio.sleep(back or 0.0)
-        return result
+            return await call.done
+        finally:
+            timer.cancel()
+            if call.task is not None:
+                call.task.cancel()
+
+    def _arrive(self, src: int, call: _Call, handler: Callable[[], Awaitable[Any]]) -> None:
+        """The request reached its destination: run the handler there, as its task."""
+        if call.done.done():
+            return  # the caller gave up meanwhile
+        endpoint = self.endpoints.get(call.dst)
+        if endpoint is None or not endpoint.up:
+            call.fail(Unavailable(f"connection refused by {call.dst}"))
+            return
+        call.task = endpoint.spawn(_run(endpoint, handler))
+        call.task.add_done_callback(lambda task: self._answer(src, call, task))
+
+    def _answer(self, src: int, call: _Call, task: asyncio.Task) -> None:
+        """The handler ended: an error comes back at once, a result after the reply leg."""
+        if call.done.done():
+            return
+        if task.cancelled():
+            call.fail(Unavailable(f"{call.dst} went down during the call"))
+            return
+        error = task.exception()
+        if error is not None:
+            call.fail(error)
+            return
+        back = self._leg(call.dst, src)
+        if back is not None:  # else lost: the timeout ends it
+            asyncio.get_running_loop().call_later(back, call.succeed, task.result())
+
+
+@dataclass
+class _Call:
+    """One call in flight: what its caller awaits, and the handler's task once it runs."""
+
+    done: asyncio.Future
+    dst: int
+    task: asyncio.Task | None = None
+
+    def fail(self, error: BaseException) -> None:
+        if not self.done.done():
+            self.done.set_exception(error)
+
+    def succeed(self, result: Any) -> None:
+        if not self.done.done():
+            self.done.set_result(result)
 
 
 async def _run(endpoint: Endpoint, handler: Callable[[], Awaitable[T]]) -> T:
+    await endpoint.awake()  # a paused process takes the request once it runs again
     result = await handler()
-    await endpoint.awake()  # a paused process answers once it runs again
+    await endpoint.awake()  # and answers once it runs again
     return result

@@ -36,9 +36,6 @@ TICK_BODY = pb.MessageBatch(
     messages=[pb.Message(properties={PROP_TYPE: str(int(MsgType.TimeTick))})]
 ).SerializeToString()
 PULL_RECORDS = 8  # records per replication pull (small: acks interleave with the stream)
-# A pull with nothing new waits this long for new records or a new commit offset (the
-# leader's Notify ends the wait at once, as a real stream's push would).
-PULL_WAIT = 1.0
 
 
 @dataclass
@@ -557,7 +554,7 @@ class SimNode:
         # Nothing new to send (no record, no cut, no commit the follower does not know):
         # wait, as a leader's stream waits, for the next record or commit offset.
         if position >= core.committed_next and truncate is None and told == core.known_commit:
-            await self._changed(name, PULL_WAIT)
+            await self._changed(name, self.cluster.config.pull_wait)
         got = self.disk.records_from(name, position, core.committed_next, PULL_RECORDS)
         got = [(b, v) for b, v in got if b >= position]
         self._sent[(name, follower)] = got[-1][0] + records.peek(got[-1][1])[2] if got else position
@@ -579,7 +576,7 @@ class SimNode:
                     self.id,
                     leader.id,
                     lambda h=history, a=acked: leader.pull(core.name, role.term, self.id, a, h),
-                    1.0,
+                    self.cluster.config.pull_timeout,
                     "pull",
                 )
                 first = False

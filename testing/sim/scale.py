@@ -18,7 +18,7 @@ import time
 from collections import Counter
 
 from streamwal.coord import state_machine as sm
-from streamwal.coord.coordinator import MAX_CREATE
+from streamwal.coord.coordinator import MAX_CREATE, Coordinator
 from streamwal.proto import coord_pb2 as cpb
 from streamwal.testing.sim.cluster import Cluster, Config, _close
 
@@ -60,6 +60,7 @@ async def _scale(cluster: Cluster, pchannels: int, replicas: int) -> dict:
     leaders = Counter(coord.records.get(n).record.meta.node.server_id for n in names)
     victim = leaders.most_common(1)[0][0]
     moved = [n for n in names if coord.records.get(n).record.meta.node.server_id == victim]
+    planned = _planned(coord)
     cluster.nodes[victim].crash()
     wall = time.perf_counter()
     failover_s = await _until(cluster, lambda: assigned(moved, victim), "failover")
@@ -74,15 +75,32 @@ async def _scale(cluster: Cluster, pchannels: int, replicas: int) -> dict:
         "grace_s": cluster.config.grace,
         "failover_s": round(failover_s, 2),
         "failover_wall_s": round(time.perf_counter() - wall, 1),
+        # pchannels the coord's rounds looked at from the loss to the last one moved
+        "planned_in_failover": int(_planned(coord) - planned),
         "messages": cluster.net.calls,
     }
 
 
+def _planned(coord: Coordinator) -> float:
+    """Pchannels the coord's rounds have looked at so far (its metric)."""
+    got = coord.metrics.registry.get_sample_value("streamwal_coord_planned_pchannels_total")
+    return got or 0.0
+
+
 def run_scale(nodes: int, pchannels: int, replicas: int = 3, seed: int = 1) -> dict:
     """One scale run (deterministic for its seed); raises TimeoutError if stuck."""
-    # Idle ticks every 5 s: at this size they are most of the replication traffic.
+    # Idle ticks every 5 s: at this size they are most of the replication traffic. An
+    # idle follower's pull waits as long on its leader (a stream, as a real follower's
+    # is): with the seeds' 1 s, 20,000 idle followers pulled 20,000 times a simulated
+    # second, most of the run's CPU after placement.
     config = Config(
-        nodes=nodes, pchannels=pchannels, replicas=replicas, producers=0, tick_interval=5.0
+        nodes=nodes,
+        pchannels=pchannels,
+        replicas=replicas,
+        producers=0,
+        tick_interval=5.0,
+        pull_wait=5.0,
+        pull_timeout=6.0,
     )
     cluster = Cluster(seed, config)
     logging.getLogger("streamwal").setLevel(logging.WARNING)
@@ -92,8 +110,10 @@ def run_scale(nodes: int, pchannels: int, replicas: int = 3, seed: int = 1) -> d
     # (7.2 of 16.8 s of CPU at 2,000 pchannels over 100 nodes; 1.3 of 10.5 s so).
     thresholds = gc.get_threshold()
     gc.set_threshold(*GC_THRESHOLDS)
+    cpu = time.process_time()
     try:
-        return cluster.loop.run_until_complete(_scale(cluster, pchannels, replicas))
+        result = cluster.loop.run_until_complete(_scale(cluster, pchannels, replicas))
+        return {**result, "cpu_s": round(time.process_time() - cpu, 1)}
     finally:
         gc.set_threshold(*thresholds)
         _close(cluster.loop)
