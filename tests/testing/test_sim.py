@@ -58,13 +58,18 @@ def test_the_soak_command_runs_a_range_of_seeds() -> None:
     assert ok.returncode == 0 and "3 seeds in" in ok.stdout and "0 failed" in ok.stdout
 
 
-@pytest.mark.timeout(120)
-def test_a_scaled_cluster_moves_a_lost_nodes_pchannels_within_grace_plus_one_second() -> None:
-    """Issue 24 in simulated time: 300 replicated pchannels over 10 nodes are placed, the
-    node leading the most is killed, and every pchannel it led is led elsewhere within
-    the grace period + 1 s (the 10,000 / 100 run is `streamwal bench scale --sim`)."""
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_ten_thousand_pchannels_over_a_hundred_nodes_fail_over_within_grace_plus_one_second():
+    """Issue 24 in simulated time: 10,000 replicated pchannels over 100 nodes are placed,
+    the node leading the most is killed, and every pchannel it led is led elsewhere
+    within the grace period + 1 s; the coord's rounds after the kill look at the
+    pchannels the lost node held, not at the cluster (about 30 s of CPU)."""
     from streamwal.testing.sim.scale import run_scale
 
-    result = run_scale(10, 300)
-    assert result["its_pchannels"] > 0 and result["placed_s"] < 5
+    result = run_scale(100, 10_000)
+    print(f"\n{result}")
+    assert result["pchannels"] == 10_000 and result["placed_s"] < 5
+    assert result["its_pchannels"] >= 90 and result["its_replicas"] >= 250
     assert result["failover_s"] <= result["grace_s"] + 1.0
+    assert result["planned_in_failover"] <= 4 * result["its_replicas"] < 10_000 / 5
