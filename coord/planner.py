@@ -609,26 +609,26 @@ def missing_members(record: cpb.ChannelRecord, memory: Memory) -> frozenset[int]
     """Members probed after the last assignment that do not serve it in their role,
     or whose log of it lost acknowledged records, or that say they cannot serve it well
     (a leader then fails over)."""
+    return frozenset(n for n in rs.member_ids(record) if member_missing(record, memory, n))
+
+
+def member_missing(record: cpb.ChannelRecord, memory: Memory, node: int) -> bool:
+    """Whether `node` is one of `missing_members` (asked per probe for the probed node)."""
     meta = record.meta
-    name, term = meta.channel.name, meta.channel.term
-    assigned_at = memory.assigned_at.get(name, 0.0)
-    out = set()
-    for node in rs.member_ids(record):
-        report = memory.reports.get(node)
-        since = max(assigned_at, memory.rejoined_at.get((name, node), 0.0))
-        if report is None or report.started <= since:
-            continue
-        status = report.channels.get(name)
-        want = LEADER if node == meta.node.server_id else FOLLOWER
-        if (
-            status is None
-            or status.pchannel.term != term
-            or status.role != want
-            or status.data_loss
-            or status.unhealthy
-        ):
-            out.add(node)
-    return frozenset(out)
+    name = meta.channel.name
+    report = memory.reports.get(node)
+    since = max(memory.assigned_at.get(name, 0.0), memory.rejoined_at.get((name, node), 0.0))
+    if report is None or report.started <= since:
+        return False
+    status = report.channels.get(name)
+    want = LEADER if node == meta.node.server_id else FOLLOWER
+    return (
+        status is None
+        or status.pchannel.term != meta.channel.term
+        or status.role != want
+        or status.data_loss
+        or bool(status.unhealthy)
+    )
 
 
 def caught_up(record: cpb.ChannelRecord, memory: Memory, now: float) -> frozenset[int]:
@@ -702,7 +702,7 @@ def needs_action(node: int, snapshot: Snapshot) -> set[str]:
     out = {i.name for i in sm.stale_channels(node, served, metas, replicated)}
     for name in replicated:
         record = mine[name].record
-        if record.meta.state == sm.ASSIGNED and node in missing_members(record, snapshot.memory):
+        if record.meta.state == sm.ASSIGNED and member_missing(record, snapshot.memory, node):
             out.add(name)
     out.update(
         n

@@ -23,7 +23,6 @@ from streamwal.proto import coord_pb2 as cpb
 from streamwal.testing.sim.cluster import Cluster, Config, _close
 
 LIMIT_S = 600.0  # simulated seconds each phase may take
-SETTLE_S = 1.5  # simulated seconds between placement and the kill (a round or more)
 
 
 async def _until(cluster: Cluster, done, what: str) -> float:
@@ -57,10 +56,10 @@ async def _scale(cluster: Cluster, pchannels: int, replicas: int) -> dict:
 
     placed_s = await _until(cluster, lambda: assigned(names), "placement")
     placed_wall = time.perf_counter() - wall
-    # The round after placement looks at every record (all changed; rounds run at least
-    # once a second): it runs before the kill, so what the coord plans after the kill
-    # is the failover's own work.
-    await asyncio.sleep(SETTLE_S)
+    # The round after placement looks at every record again (all changed; a round runs
+    # at least once a second): it runs before the kill, so what the coord plans after
+    # the kill is the failover's own work.
+    await _until(cluster, lambda: _planned(coord) >= 2 * pchannels, "the next round")
     leaders = Counter(coord.records.get(n).record.meta.node.server_id for n in names)
     victim = leaders.most_common(1)[0][0]
     moved = [n for n in names if coord.records.get(n).record.meta.node.server_id == victim]
@@ -88,9 +87,10 @@ async def _scale(cluster: Cluster, pchannels: int, replicas: int) -> dict:
 
 
 def _planned(coord: Coordinator) -> float:
-    """Pchannels the coord's rounds have looked at so far (its metric)."""
-    got = coord.metrics.registry.get_sample_value("streamwal_coord_planned_pchannels_total")
-    return got or 0.0
+    """Pchannels the coord's rounds have looked at so far (its metric, alone: the
+    registry's other series are per pchannel)."""
+    (metric,) = coord.metrics.planned.collect()
+    return sum(s.value for s in metric.samples if s.name.endswith("_total"))
 
 
 def run_scale(nodes: int, pchannels: int, replicas: int = 3, seed: int = 1) -> dict:
