@@ -626,7 +626,7 @@ def member_missing(record: cpb.ChannelRecord, memory: Memory, node: int) -> bool
         status is None
         or status.pchannel.term != meta.channel.term
         or status.role != want
-        or status.data_loss
+        or bool(status.data_loss)
         or bool(status.unhealthy)
     )
 
