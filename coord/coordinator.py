@@ -686,9 +686,11 @@ class Coordinator:
                 await self.reconcile_once()
             except StreamingError as err:  # e.g. the meta store cannot be written now
                 log.warning("reconcile round failed", extra={"error": str(err)})
+                self._full_due = True  # what it took to plan may not have been planned
                 await asyncio.sleep(0.2)
             except Exception:
                 log.exception("reconcile round failed")
+                self._full_due = True
                 await asyncio.sleep(0.2)
 
     def _snapshot(self) -> pl.Snapshot:

@@ -1,10 +1,12 @@
-"""A first version of issue 24's simulated scale run: many pchannels, many nodes, one loss.
+"""Issue 24's simulated scale run: many pchannels, many nodes, one loss (in CI at 10,000
+pchannels over 100 nodes: tests/testing/test_sim.py).
 
 Creates `pchannels` replicated pchannels over `nodes` simulated nodes with the real
 coordinator, waits until all are ASSIGNED, kills the node leading the most of them (for
 good), and measures in simulated time how long until every pchannel it led is led
 elsewhere, and in wall time what the run cost. No other fault, no client: the point is
-where the time goes as the cluster grows (the coord's per-probe and per-change work).
+where the time goes as the cluster grows (the coord's per-probe and per-change work;
+`planned_in_failover`: the pchannels its rounds looked at after the kill).
 
     python -m streamwal.testing.sim --scale 1000 --scale-nodes 20
 """
