@@ -16,6 +16,9 @@ async def test_idle_pchannel_ticks_and_tick_filters_progress(client, node, pchan
     await client.assign(pchannel, 1)
     producer = await client.producer(pchannel, 1)
     r = await producer.send(b"only")
+    # Nobody takes ticks yet: none are written (they cost per reader, not per pchannel).
+    await asyncio.sleep(0.6)
+    opened_ms = time.time() * 1000
     # A time-tick consumer past the only message still sees time move (default 200 ms).
     consumer = await client.consumer(
         pchannel, 1, DeliverPolicy.all(), [DeliverFilter.time_tick_gt(r.time_tick)], time_ticks=True
@@ -30,6 +33,8 @@ async def test_idle_pchannel_ticks_and_tick_filters_progress(client, node, pchan
             break
     await consumer.close()
     assert len(ticks) == 4 and ticks == sorted(ticks)
+    # The first came for this reader (none was written while nobody took ticks).
+    assert physical_ms(ticks[0]) >= opened_ms - 50
     gaps = [physical_ms(b) - physical_ms(a) for a, b in itertools.pairwise(ticks)]
     assert all(100 <= g <= 1500 for g in gaps), gaps
     assert abs(physical_ms(ticks[-1]) - time.time() * 1000) < 5000
@@ -69,7 +74,9 @@ async def test_consumers_skip_time_ticks_unless_asked(client, pchannel) -> None:
     await client.assign(pchannel, 1)
     producer = await client.producer(pchannel, 1)
     await producer.send(b"a", vchannel=pchannel + "_v1")
-    await asyncio.sleep(0.7)  # a few ticks land in between
+    reader = await client.consumer(pchannel, 1, DeliverPolicy.latest(), time_ticks=True)
+    await asyncio.sleep(0.7)  # a few ticks land in between, for the reader that takes them
+    await reader.close()
     await producer.send(b"b", vchannel=pchannel + "_v2")
     last = await producer.send(b"c", vchannel=pchannel + "_v1")
     for filters, expected in (
