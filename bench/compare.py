@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import sys
 import tempfile
 import time
@@ -201,8 +200,6 @@ def compare(quick: bool, smoke: bool, out: str, only: tuple[str, ...]) -> None:
     """
     import uvloop
 
-    # SIGTERM (a CI timeout, `timeout`) unwinds like Ctrl-C, so every server is stopped.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     name = _plan_name(quick, smoke)
     plan = Plan.named(name)
     count = len(make_systems(only)) + (1 if not only or "ceiling" in only else 0)
