@@ -51,22 +51,29 @@ async def test_busy_pchannel_does_not_get_ticks_between_appends(start_node, pcha
     node = start_node("n1", "--time-tick-interval", "300ms")
     async with NodeClient(node.address) as c:
         await c.assign(pchannel, 1)
+        # A reader that takes ticks is there throughout: idle, the pchannel ticks for it.
+        consumer = await c.consumer(pchannel, 1, DeliverPolicy.all(), time_ticks=True)
+        msgs = [await asyncio.wait_for(consumer.__anext__(), 10)]
+        assert is_tick(msgs[0])
         producer = await c.producer(pchannel, 1)
-        first = await producer.send(b"0")
-        for i in range(1, 20):
+        for i in range(20):
             await producer.send(b"%d" % i)
             await asyncio.sleep(0.02)
-        consumer = await c.consumer(
-            pchannel, 1, DeliverPolicy.start_from(first.offset), time_ticks=True
-        )
-        msgs = []
-        async for m in consumer:
-            msgs.append(m)
-            if len([x for x in msgs if not is_tick(x)]) == 20:
-                break
+
+        async def through_data() -> None:
+            async for m in consumer:
+                msgs.append(m)
+                if m.payload == b"19":
+                    return
+
+        await asyncio.wait_for(through_data(), 10)
         await consumer.close()
         await producer.close()
-    assert not [m for m in msgs if is_tick(m)], "ticks appended while the pchannel was busy"
+    first = next(i for i, m in enumerate(msgs) if not is_tick(m))
+    between = msgs[first:]
+    assert [m.payload for m in between] == [b"%d" % i for i in range(20)], (
+        "ticks appended while the pchannel was busy"
+    )
 
 
 async def test_consumers_skip_time_ticks_unless_asked(client, pchannel) -> None:
