@@ -18,7 +18,7 @@ each follower heard within --quorum-lease on every pchannel it follows, also an 
 Idle time ticks used to provide that, one replicated record per pchannel per interval;
 now ticks are written only for readers that want them (Wal._tick_idle_channels), and a
 follower node sends one heartbeat ack per leader node every quarter lease instead (on
-one of its streams to that leader, `_beat`): the leader takes it as word from that node
+one of its streams to that leader, `beat`): the leader takes it as word from that node
 on every pchannel whose stream from it is open (health.heard_at). Its cost follows the
 nodes, not the pchannels (issue 24, docs/decisions-scale.md).
 """

@@ -918,7 +918,8 @@ class Wal:
     # -- housekeeping ------------------------------------------------------------------
 
     def want_ticks(self, ch: Channel, readers: int) -> None:
-        """`readers` (+1 or -1) consumers of `ch` that take time ticks came or went."""
+        """`readers` consumers of `ch` that take time ticks came (+1) or went (-1); 0 for
+        one that skips them."""
         ch.tick_readers += readers
         if ch.tick_readers > 0:
             self._tick_wanted[ch.name] = ch
