@@ -711,6 +711,7 @@ class Coordinator:
     async def reconcile_once(self) -> None:
         """One round: observe, plan, run (recover, place, fail over, fence, rebalance)."""
         if not self.active:
+            self._full_due = True  # a standby's first round as leader looks at everything
             return
         now = self.clock()
         if now >= self._next_rebalance:
