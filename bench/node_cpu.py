@@ -4,12 +4,12 @@ client: what the load of a shared machine moves much less than the rates
 
 One node process and this process as its client run bench node's workloads after the
 same warm-up: one-at-a-time sends, the pipelined produce run (4096-message frames, 8 in
-flight) and the catch-up read of that run. For each phase: CPU seconds on all the node's
-threads (/proc/PID/task/*/schedstat, nanoseconds; Linux only), on its event-loop thread
-alone, and of this process (`time.process_time`), each divided by the messages; and the
-wall-clock rate, for reference only. Runs against any tree with the same bench.node and
-LocalNode (an A/B against an older commit: that tree's python running this file by
-path). The last stdout line is one JSON object.
+flight) and the catch-up read of that run. For each phase, divided by the messages: CPU
+time on all the node's threads (/proc/PID/task/*/schedstat, nanoseconds; Linux only), on
+its event-loop thread alone, of this process (`time.process_time`) and of its event-loop
+thread; and the wall-clock rate, for reference only. Runs against any tree with the same
+bench.node and LocalNode (an A/B against an older commit: that tree's python running
+this file by path). The last stdout line is one JSON object.
 
 Usage: python -m streamwal.bench.node_cpu [--messages N] [--sends N]
 """
@@ -54,6 +54,7 @@ class Phase:
     def __enter__(self) -> Phase:
         self.node = node_cpu(self.pid)
         self.client = time.process_time()
+        self.client_loop = time.thread_time()
         self.wall = time.perf_counter()
         return self
 
@@ -62,6 +63,7 @@ class Phase:
         self.node_s = node[0] - self.node[0]
         self.loop_s = node[1] - self.node[1]
         self.client_s = time.process_time() - self.client
+        self.client_loop_s = time.thread_time() - self.client_loop
         self.wall_s = time.perf_counter() - self.wall
 
     def per_message(self, messages: int, unit: float) -> dict[str, float]:
@@ -69,6 +71,7 @@ class Phase:
             "node": round(self.node_s / messages * unit, 2),
             "node_loop": round(self.loop_s / messages * unit, 2),
             "client": round(self.client_s / messages * unit, 2),
+            "client_loop": round(self.client_loop_s / messages * unit, 2),
             "msgs_per_s": round(messages / self.wall_s),
         }
 
