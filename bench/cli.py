@@ -1,5 +1,8 @@
 """`streamwal bench`: benchmarks that print JSON (never timed tests)."""
 
+import signal
+import sys
+
 import click
 
 from streamwal.cli import LazyGroup
@@ -18,3 +21,6 @@ from streamwal.cli import LazyGroup
 )
 def bench() -> None:
     """Benchmarks; each prints progress on stderr and one JSON object last on stdout."""
+    # SIGTERM (a CI timeout, `timeout`, `kill`) unwinds like Ctrl-C, so every process a
+    # benchmark started is stopped by its `finally` (bench scale left its nodes running).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

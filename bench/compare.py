@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import sys
 import tempfile
 import time
@@ -109,12 +108,15 @@ def rocks_steps(plan: Plan) -> int:
 
 async def run_compare(
     plan: Plan, only: tuple[str, ...], tick: Callable[[str], None], kills: int = 0
-) -> dict:
+) -> tuple[dict, dict[str, float]]:
     """Every system in turn (one at a time: they share the machine), then the ceiling,
     then the latency rounds of all of them interleaved; with `kills`, the replicated
-    entry also gets its failover unavailability window."""
+    entry also gets its failover unavailability window. Returns the entries and the wall
+    seconds each part took."""
     systems: dict[str, dict] = {}
+    took: dict[str, float] = {}  # wall seconds of each part: where a run's time goes
     for system in make_systems(only):
+        began = time.monotonic()
         try:
             systems[system.name] = await run_system(system, plan, tick)
         except ModuleNotFoundError as err:  # streamwal's client not built yet
@@ -127,25 +129,36 @@ async def run_compare(
                 "error": f"{type(err).__name__}: {err}",
                 "durability": system.durability,
             }
+        took[system.name] = time.monotonic() - began
     if kills and "error" not in systems.get("streamwal_r3", {"error": ""}):
+        began = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="bench-failover-") as tmp:
             fo = await failover.failover_windows(Path(tmp), kills, tick)
         systems["streamwal_r3"]["failover"] = fo
         systems["streamwal_r3"]["failover_median_s"] = fo["median_s"]
         systems["streamwal_r3"]["failover_max_s"] = fo["max_s"]
+        took["failover"] = time.monotonic() - began
     noop = None
     if not only or "ceiling" in only:
+        began = time.monotonic()
         noop = await run_system(ceiling.NoopGrpc(), plan, tick)
-    # The headline latency: fresh instances of every system that ran, measured in turns.
+        took["ceiling"] = time.monotonic() - began
+    # The headline latency: fresh instances of every system that ran, measured in turns
+    # (one round only: each system's run measured it first, bench/runner.py).
     entries = {n: e for n, e in systems.items() if "error" not in e}
     measured: list[System] = [s for s in make_systems(only) if s.name in entries]
     if noop is not None:
         measured.append(ceiling.NoopGrpc())
         entries[ceiling.NoopGrpc.name] = noop
-    for name, latency in (await interleaved_latency(measured, plan, tick)).items():
-        with_latency(entries[name], latency)
+    if plan.latency_rounds > 1:
+        began = time.monotonic()
+        for name, latency in (await interleaved_latency(measured, plan, tick)).items():
+            with_latency(entries[name], latency)
+        took["interleaved latency"] = time.monotonic() - began
     if noop is not None:
+        began = time.monotonic()
         rocks = await asyncio.to_thread(rocks_suite, plan, tick)
+        took["rocksdict"] = time.monotonic() - began
         systems["ceiling"] = (
             {"error": noop["error"], "durability": noop["durability"]}
             if "error" in noop
@@ -155,7 +168,7 @@ async def run_compare(
         vs = report.ratios(systems, subject, REPLICATED.get(subject))
         if vs:
             systems[subject]["vs"] = vs
-    return systems
+    return systems, {part: round(seconds, 1) for part, seconds in took.items()}
 
 
 def _plan_name(quick: bool, smoke: bool) -> str:
@@ -187,8 +200,6 @@ def compare(quick: bool, smoke: bool, out: str, only: tuple[str, ...]) -> None:
     """
     import uvloop
 
-    # SIGTERM (a CI timeout, `timeout`) unwinds like Ctrl-C, so every server is stopped.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     name = _plan_name(quick, smoke)
     plan = Plan.named(name)
     count = len(make_systems(only)) + (1 if not only or "ceiling" in only else 0)
@@ -202,7 +213,7 @@ def compare(quick: bool, smoke: bool, out: str, only: tuple[str, ...]) -> None:
             bar.set_postfix_str(label, refresh=False)
             bar.update()
 
-        systems = uvloop.run(run_compare(plan, only, tick, kills))
+        systems, took = uvloop.run(run_compare(plan, only, tick, kills))
     click.echo(report.table(systems, plan.payload_sizes, plan.producer_counts))
     title = (
         f"streamwal bench compare ({name} plan, {time.strftime('%Y-%m-%d %H:%M')}, "
@@ -220,6 +231,7 @@ def compare(quick: bool, smoke: bool, out: str, only: tuple[str, ...]) -> None:
                 "plan": name,
                 "plot": plotted,
                 "seconds": round(time.time() - started, 1),
+                "seconds_by_part": took,
             }
         )
     )

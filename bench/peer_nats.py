@@ -17,7 +17,7 @@ from pathlib import Path
 import nats
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 
-from streamwal.bench.procs import HOST, OneServer, Server, free_port, port_open
+from streamwal.bench.procs import HOST, OneServer, Server, free_port, port_open, stop_all
 
 DURABILITY = (
     "JetStream file storage, 1 replica: acked once written to the OS; "
@@ -188,7 +188,6 @@ class NatsCluster(NatsJetStream):
         raise TimeoutError(f"{self.name}: JetStream not ready after {timeout} s: {last}")
 
     async def stop(self) -> None:
-        for server in self._others:
-            server.stop()
+        stop_all(self._others)
         self._others = []
         await super().stop()

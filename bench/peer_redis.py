@@ -15,7 +15,7 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
-from streamwal.bench.procs import HOST, OneServer, Server, free_port, port_open
+from streamwal.bench.procs import HOST, OneServer, Server, free_port, port_open, stop_all
 
 _DURABILITY = {
     "everysec": "AOF appendfsync everysec: acked once in the OS, fsync once a second "
@@ -87,6 +87,7 @@ class RedisStreams(OneServer):
             raise ValueError(f"appendfsync {fsync!r} is not one of {sorted(_DURABILITY)}")
         self.fsync = fsync
         self.wait_replicas = 0
+        self.primary_args: tuple[str, ...] = ()  # more redis-server flags for the primary
         self.name = "redis" if fsync == "everysec" else f"redis_{fsync}"
         self.durability = _DURABILITY[fsync]
         self._server: Server | None = None
@@ -127,7 +128,8 @@ class RedisStreams(OneServer):
 
     async def start(self, workdir: Path) -> None:
         self._port = free_port()
-        self._server = Server(self.name, self._argv(self._port, workdir), workdir)
+        argv = self._argv(self._port, workdir, *self.primary_args)
+        self._server = Server(self.name, argv, workdir)
         self._server.start()
         await self._server.wait_ready(lambda: port_open(self._port))
         self._admin = self._client()
@@ -165,6 +167,9 @@ class RedisReplicated(RedisStreams):
         self.name = "redis_r3"
         self.durability = REPLICATED
         self.wait_replicas = 1
+        # Redis 7 waits 5 s for more replicas before a diskless full sync: the two start
+        # together, so sync at once (the replicas were online 5 s after start, now ~0.1 s).
+        self.primary_args = ("--repl-diskless-sync-delay", "0")
         self._replicas: list[Server] = []
 
     async def start(self, workdir: Path) -> None:
@@ -194,7 +199,6 @@ class RedisReplicated(RedisStreams):
         raise TimeoutError(f"{self.name}: 2 replicas not online after {timeout} s")
 
     async def stop(self) -> None:
-        for server in self._replicas:
-            server.stop()
+        stop_all(self._replicas)
         self._replicas = []
         await super().stop()

@@ -9,7 +9,7 @@ import os
 import socket
 import subprocess
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 
 HOST = "127.0.0.1"
@@ -84,13 +84,24 @@ class Server:
 
     def stop(self, grace: float = 5.0) -> None:
         """SIGTERM, then SIGKILL after `grace` seconds; safe to call twice."""
-        proc, self.proc = self.proc, None
-        _LIVE.discard(self)
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
+        stop_all([self], grace)
+
+
+def stop_all(servers: Iterable[Server], grace: float = 5.0) -> None:
+    """SIGTERM to every server at once, then SIGKILL to any still running after `grace`
+    seconds: a cluster's graceful stops overlap (one after another, three streaming
+    nodes took 1.5 s); safe to call twice."""
+    procs = []
+    for server in servers:
+        proc, server.proc = server.proc, None
+        _LIVE.discard(server)
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            procs.append(proc)
+    deadline = time.monotonic() + grace
+    for proc in procs:
         try:
-            proc.wait(grace)
+            proc.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(grace)

@@ -6,6 +6,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from streamwal.bench import stats
 from streamwal.bench import workloads as wl
 from streamwal.bench.workloads import Plan, System
 
@@ -38,6 +39,15 @@ async def _fresh(system: System, stream: str) -> str:
 
 
 async def _workloads(system: System, plan: Plan, tick: Callable[[str], None]) -> dict:
+    # One latency round has nothing to rotate (bench/interleaved.py): it runs here, on the
+    # fresh system before its bursts, instead of on a second instance started for it.
+    headline = None
+    if plan.latency_rounds == 1:
+        stream = await _fresh(system, "latency-1")
+        headline = stats.rounds_summary([await wl.produce_latency(system, stream, plan)])
+        await system.drop_stream(stream)
+        tick(f"latency 1/1 {system.name}")
+
     produce: dict[str, dict] = {}
     for size in plan.payload_sizes:
         for producers in plan.producer_counts:
@@ -65,7 +75,10 @@ async def _workloads(system: System, plan: Plan, tick: Callable[[str], None]) ->
     e2e = await wl.end_to_end(system, stream, plan)
     await system.drop_stream(stream)
     tick(f"{system.name} e2e")
-    return summarize(system.durability, produce, after_burst, consume, e2e)
+    entry = summarize(system.durability, produce, after_burst, consume, e2e)
+    if headline is not None:
+        with_latency(entry, headline)
+    return entry
 
 
 def summarize(

@@ -13,6 +13,8 @@ processes, `LocalCluster`, the coord's default probe interval and grace) is aske
   must be none: a loaded node is slow, not lost;
 - discovery: the bytes one AssignmentDiscover client received from the kill until the
   moved pchannels were all served again (and 1 s after);
+- idle CPU: each node's and the coord's CPU seconds per second over IDLE_CPU_S of steady
+  state, nothing produced or consumed (what the pchannels cost by merely existing);
 - memory: the coord's and the nodes' resident set at the end;
 - a routed producer on a sample of the killed node's pchannels, sending through the
   failover; every replica's log is read back and checked against what was acknowledged
@@ -27,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import sys
 import tempfile
 import time
@@ -43,6 +46,7 @@ from streamwal.proto import streaming_pb2 as pb
 from streamwal.proto import streaming_pb2_grpc as pbg
 
 PHASE_LIMIT_S = 120.0  # every phase is bounded
+IDLE_CPU_S = 4.0  # steady state: the processes' CPU is measured over this long
 
 
 class CaseFailed(RuntimeError):
@@ -95,6 +99,28 @@ class _Discovery:
         self._call.cancel()
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
+
+
+def _cpu_s(pid: int | None) -> float | None:
+    """User plus system CPU seconds a process has used (/proc/PID/stat)."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _idle_cpu(pids: list[int | None]) -> list[float | None]:
+    """CPU seconds per second of each of `pids` over IDLE_CPU_S."""
+    before = [_cpu_s(p) for p in pids]
+    await asyncio.sleep(IDLE_CPU_S)
+    after = [_cpu_s(p) for p in pids]
+    return [
+        None if a is None or b is None else round((b - a) / IDLE_CPU_S, 3)
+        for a, b in zip(before, after, strict=True)
+    ]
 
 
 def _rss_mb(pid: int | None) -> float | None:
@@ -171,6 +197,10 @@ async def scale_case(
         assigned_s = time.monotonic() - started
         await asyncio.sleep(2.0)  # steady state (a leader that reports trouble may move)
         await _until(lambda: all(n in discovery.view for n in names), PHASE_LIMIT_S, "steady state")
+        say("idle cpu")
+        coord_pid = cluster.coord_proc.pid if cluster.coord_proc else None
+        node_pids = [n.proc.pid if n.proc else None for _, n in sorted(cluster.nodes.items())]
+        *idle_nodes, idle_coord = await _idle_cpu([*node_pids, coord_pid])
         before = dict(discovery.view)
         leaders: dict[int, list[str]] = {}
         for name in names:
@@ -274,6 +304,8 @@ async def scale_case(
             "sample_acked": sum(len(s.acked) for s in senders),
             "sample_lost": lost_acks,
             "sample_violations": dict(violations),
+            "idle_node_cpu": idle_nodes,
+            "idle_coord_cpu": idle_coord,
             **memory,
         }
     finally:
@@ -316,9 +348,9 @@ async def scale_case(
     "--time-tick-interval",
     default="200ms",
     show_default=True,
-    help="The nodes' idle time-tick period (`streamwal node --time-tick-interval`): every "
-    "pchannel's leader appends and replicates one record per period, the steady load "
-    "that grows with the pchannels.",
+    help="The nodes' idle time-tick period (`streamwal node --time-tick-interval`): a "
+    "pchannel with a consumer taking ticks gets one record per period (the sample's "
+    "producers take none).",
 )
 @click.option(
     "--grace",

@@ -18,7 +18,7 @@ from pathlib import Path
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from streamwal import transport
-from streamwal.bench.procs import HOST, Server, free_port
+from streamwal.bench.procs import HOST, Server, free_port, stop_all
 
 TERM = 1
 DURABILITY = {
@@ -173,8 +173,7 @@ class Streamwal:
             with contextlib.suppress(Exception):
                 await admin.__aexit__(None, None, None)
         self._admin = None
-        for server in self._servers:
-            server.stop()
+        stop_all(self._servers)
         self._servers, self._members = [], []
 
     async def create_stream(self, stream: str) -> None:

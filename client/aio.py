@@ -19,7 +19,7 @@ from streamwal.client.kube_discovery import coord_address_in_namespace
 from streamwal.client.msgstream_types import MsgPack, MsgPosition, TsMsg, hash_key
 from streamwal.client.policy import DeliverFilter, DeliverPolicy
 from streamwal.client.wal import open_wal
-from streamwal.errors import InvalidArgument
+from streamwal.errors import InvalidArgument, Unavailable
 from streamwal.message import MsgType, ResourceKey
 from streamwal.transport import TransportConfig
 
@@ -51,10 +51,28 @@ async def connect(
         coord = await asyncio.to_thread(
             coord_address_in_namespace, namespace, kubeconfig=kubeconfig, service=service
         )
+        await _resolvable(coord, namespace)
     wal = await open_wal(
         coord, timeout=timeout, failover_timeout=failover_timeout, transport=transport
     )
     return WALAccessor(wal, transport)
+
+
+async def _resolvable(address: str, namespace: str) -> None:
+    """Fail at once, saying why, where the coord Service's cluster DNS name does not
+    resolve (outside the cluster): the wait for its first assignment would end in "is the
+    coord running?" after `timeout`."""
+    host, _, port = address.rpartition(":")
+    try:
+        await asyncio.wait_for(asyncio.get_running_loop().getaddrinfo(host, None), 5.0)
+    except (OSError, TimeoutError):
+        raise Unavailable(
+            f"{host} does not resolve here: connect(namespace=...) reaches the coord by its "
+            "cluster DNS name, from a pod of the cluster. From outside, forward its port "
+            f"(kubectl -n {namespace} port-forward svc/{host.split('.')[0]} {port}) and "
+            f"connect(coord='127.0.0.1:{port}'); the nodes must be reachable too, at the pod "
+            "addresses the coord hands out"
+        ) from None
 
 
 __all__ = [

@@ -40,7 +40,7 @@ from streamwal.client.produce_ledger import Op
 from streamwal.client.producer import Appended, Producer, fail_ops
 from streamwal.client.txn import Txn
 from streamwal.errors import OnShutdown, StreamingError, Unavailable, is_fencing_error
-from streamwal.transport import TransportConfig
+from streamwal.transport import Replaced, TransportConfig
 
 log = logging.getLogger("streamwal.client.routing")
 
@@ -88,8 +88,7 @@ class Router:
         self.failover_timeout = failover_timeout
         self._transport = transport
         self._clients: dict[str, NodeClient] = {}
-        self._retired: list[NodeClient] = []
-        self._replaced: dict[str, float] = {}
+        self._replaced = Replaced()
         self._closed = False
 
     def client(self, address: str) -> NodeClient:
@@ -161,7 +160,7 @@ class Router:
                     raise
                 last_err = exc
             if isinstance(last_err, Unavailable):
-                self.forget(candidate.address)
+                await self.forget(candidate.address)
             route = candidate
             await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
 
@@ -192,13 +191,11 @@ class Router:
             return _SUPERSEDED
         raise TimeoutError
 
-    def forget(self, address: str) -> None:
+    async def forget(self, address: str) -> None:
         """Replace the connection to a node that cannot be reached (TRANSIENT_FAILURE):
-        gRPC's reconnect backoff (1 s and growing) would hide a restarted node; a fresh
-        channel connects at once. A connected channel is kept (other streams use it), and a
-        replaced one is only closed by `close()`: closing cancels the calls on it, which
-        would break streams being opened there. At most one replacement per address and
-        second, so an outage leaves few behind."""
+        a fresh channel connects at once, not after gRPC's reconnect backoff. A connected
+        channel is kept (other streams use it); a replaced one lingers for the calls that
+        may still run on it (`transport.Replaced`)."""
         nc = self._clients.get(address)
         if nc is None:
             return
@@ -206,17 +203,15 @@ class Router:
         if channel.get_state() != grpc.ChannelConnectivity.TRANSIENT_FAILURE:
             return
         now = time.monotonic()
-        if now - self._replaced.get(address, 0.0) < 1.0:
-            return
-        self._replaced[address] = now
-        self._retired.append(self._clients.pop(address))
+        if self._replaced.due(address, now):
+            await self._replaced.retire(self._clients.pop(address), now)
 
     async def close(self) -> None:
         self._closed = True
-        for nc in [*self._clients.values(), *self._retired]:
+        for nc in self._clients.values():
             await nc.close()
         self._clients.clear()
-        self._retired.clear()
+        await self._replaced.close()
 
 
 class RoutedProducer:

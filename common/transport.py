@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from concurrent import futures
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Protocol
 
 import grpc
 from grpc import aio
@@ -276,6 +277,43 @@ async def internal_address(
 async def make_internal_channel(address: str, config: TransportConfig | None = None) -> aio.Channel:
     """A channel to the internal listener of the node clients reach at `address`."""
     return make_channel(await internal_address(address, config), config)
+
+
+class Closable(Protocol):
+    async def close(self) -> None: ...
+
+
+class Replaced:
+    """Connections to a node replaced while calls may still run on them (a channel in
+    TRANSIENT_FAILURE: a fresh one re-resolves the node's address and connects at once).
+    Closing one at once would cancel those calls; keeping every one until shutdown
+    leaked one per second of a node's outage. Each is closed once older than `linger`
+    seconds, longer than any call's deadline; at most one replacement per address per
+    `every` seconds."""
+
+    def __init__(self, linger: float = 60.0, every: float = 1.0) -> None:
+        self.linger = linger
+        self.every = every
+        self._old: list[tuple[float, Closable]] = []
+        self._last: dict[str, float] = {}
+
+    def due(self, address: str, now: float) -> bool:
+        """Whether `address`'s connection may be replaced now (then it counts as done)."""
+        if now - self._last.get(address, -self.every) < self.every:
+            return False
+        self._last[address] = now
+        return True
+
+    async def retire(self, connection: Closable, now: float) -> None:
+        """Keep `connection` until it is old enough to close; close the ones that are."""
+        self._old.append((now, connection))
+        while self._old and now - self._old[0][0] >= self.linger:
+            await self._old.pop(0)[1].close()
+
+    async def close(self) -> None:
+        for _, connection in self._old:
+            await connection.close()
+        self._old.clear()
 
 
 def make_channel(address: str, config: TransportConfig | None = None) -> aio.Channel:

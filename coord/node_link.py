@@ -137,8 +137,7 @@ class NodeLinks:
         self._config = config
         self._channels: dict[str, aio.Channel] = {}
         self._stubs: dict[str, _Stubs] = {}
-        self._retired: list[aio.Channel] = []
-        self._replaced: dict[str, float] = {}
+        self._replaced = transport.Replaced()
         self._unbatched: set[str] = set()  # nodes without the batch service
         self._fences = Coalescer(self._fence_batch)
         self._assigns = Coalescer(self._assign_batch)
@@ -204,23 +203,20 @@ class NodeLinks:
         return [_answer(item) for item in items]
 
     async def _drop_if_failing(self, address: str) -> None:
-        """Replace a node's channel that is in TRANSIENT_FAILURE: gRPC's reconnect backoff
-        (1 s, growing) would hide a restarted node for seconds -- long enough to declare it
-        lost. A fresh channel connects on the next call. The old one is not closed before
-        `close()`: closing would cancel calls still running on it (at most one replacement
-        per address and second, so an outage leaves few behind)."""
+        """Replace a node's channel that is in TRANSIENT_FAILURE: a node restarted there
+        listens on a new internal port (asked anew with the next call's Describe), and
+        the fresh channel connects at once, not after gRPC's reconnect backoff."""
         channel = self._channels.get(address)
         if channel is None:
             return
         if channel.get_state() != grpc.ChannelConnectivity.TRANSIENT_FAILURE:
             return
         now = time.monotonic()
-        if now - self._replaced.get(address, 0.0) < 1.0:
+        if not self._replaced.due(address, now):
             return
-        self._replaced[address] = now
         self._stubs.pop(address, None)
         self._unbatched.discard(address)  # a node restarted there may be a newer version
-        self._retired.append(self._channels.pop(address))
+        await self._replaced.retire(self._channels.pop(address), now)
 
     async def assign(
         self,
@@ -266,8 +262,8 @@ class NodeLinks:
         return await self._call(address, "manager", "CollectStatus", request, timeout)
 
     async def close(self) -> None:
-        for channel in [*self._channels.values(), *self._retired]:
+        for channel in self._channels.values():
             await channel.close()
         self._channels.clear()
-        self._retired.clear()
+        await self._replaced.close()
         self._stubs.clear()

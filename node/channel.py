@@ -64,6 +64,7 @@ class Channel:
         self.core = PChannelCore(name, node_id, meta, tail, commit, load_window, known, ledger_mark)
         self.producers = 0
         self.consumers = 0
+        self.tick_readers = 0  # consumers taking time ticks (Wal.want_ticks)
         self.consumer_positions: dict[int, int] = {}
         # Idempotent producers' batches accepted but not yet durable: their answers.
         self.inflight: dict[tuple[str, int], asyncio.Future] = {}

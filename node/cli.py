@@ -120,7 +120,8 @@ class _ListenOr(Address):
     default="200ms",
     show_default=True,
     type=Duration(0.01, 3600),
-    help="Idle time-tick period.",
+    help="Idle time-tick period: a pchannel with a consumer that takes time ticks gets "
+    "one per period while nothing else is appended (none without such a consumer).",
 )
 @click.option(
     "--retention-age",
@@ -276,7 +277,8 @@ class _ListenOr(Address):
     type=Duration(0.01, 3600),
     help="A replicated pchannel's leader that heard from no majority of its replicas for "
     "this long reports itself unhealthy, and the coord moves the leadership (a leader cut "
-    "off from its followers). Followers are heard at least every --time-tick-interval.",
+    "off from its followers). Each follower node sends its leaders a heartbeat every "
+    "quarter of this.",
 )
 @click.option(
     "--produce-listen",

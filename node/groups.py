@@ -173,7 +173,11 @@ class GroupService:
         table.record_claim(group, consumer, Claim(req.claim, start, cursor))
         if req.at_least_once and pieces:
             table.hold(group, consumer, (start, _after_last(pieces)))
-        await self._persist(ch, term, table)
+        if pieces:
+            await self._persist(ch, term, table)
+        # else: only time ticks and internal records were passed over. Forgetting that
+        # move (a restart, a failover) loses nothing; persisting it appended a cursor
+        # record, itself passed over by the next poll: an idle member wrote one per poll.
         self._export_lag(ch, table, group)
         self.wal.metrics.delivered(ch.name)[0] += sum(p.count for _, p in pieces)
         return _response(pieces, cursor)

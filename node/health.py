@@ -60,3 +60,13 @@ def quorum_contact(heard: Iterable[float], replicas: int, now: float, lease: flo
     of `replicas` with itself (`heard`: when each follower was last heard from)."""
     recent = sum(1 for at in heard if now - at <= lease)
     return recent + 1 >= replicas // 2 + 1
+
+
+def heard_at(stream: float, node: float | None, open_stream: bool) -> float:
+    """When a leader last heard a follower on one pchannel: an ack on that pchannel's
+    stream (`stream`), or any word from the follower's node (`node`, a heartbeat or an
+    ack on another pchannel) while that pchannel's stream from it is open. An idle
+    pchannel's follower then needs no record of its own to keep the quorum lease."""
+    if open_stream and node is not None:
+        return max(stream, node)
+    return stream

@@ -12,6 +12,15 @@ follower's acks resolve (no task per wait). The follower hands what it
 receives to its core (core.apply: every entry checked by replication_rules.check_entry,
 stored with the same step as a catch-up copy), and acks once it is synced. Who leads or
 follows, each follower's acknowledged end and the commit offset are the core's.
+
+The quorum lease (a leader cut off from its followers reports itself unhealthy) needs
+each follower heard within --quorum-lease on every pchannel it follows, also an idle one.
+Idle time ticks used to provide that, one replicated record per pchannel per interval;
+now ticks are written only for readers that want them (Wal._tick_idle_channels), and a
+follower node sends one heartbeat ack per leader node every quarter lease instead (on
+one of its streams to that leader, `beat`): the leader takes it as word from that node
+on every pchannel whose stream from it is open (health.heard_at). Its cost follows the
+nodes, not the pchannels (issue 24, docs/decisions-scale.md).
 """
 
 from __future__ import annotations
@@ -39,7 +48,7 @@ from streamwal.node import records
 from streamwal.node import replication_rules as rules
 from streamwal.node.channel import Channel
 from streamwal.node.core import Entry, Following, Leading
-from streamwal.node.health import quorum_contact
+from streamwal.node.health import heard_at, quorum_contact
 from streamwal.proto import streaming_pb2 as pb
 from streamwal.transport import make_internal_channel
 
@@ -56,6 +65,7 @@ READ_BYTES = 1024 * 1024
 APPLY_BYTES = 8 * 1024 * 1024  # a follower syncs and acks at least this often
 BACKOFF = (0.05, 2.0)  # a follower's reconnect delay: first, maximum
 COMMIT_LAG_S = 0.02  # a commit update waits this long for a record to carry it
+_BEAT = object()  # queued to a follower stream: acknowledge now, even with nothing new
 
 
 def _history(starts) -> list[tuple[int, int]]:
@@ -82,6 +92,13 @@ class Replication:
         self._heard: dict[str, tuple[Leading, float, dict[int, float]]] = {}
         self._waiters: dict[int, asyncio.Future] = {}
         self._tokens = itertools.count()
+        # Leader side: when each follower node was last heard on any stream (monotonic),
+        # and the open streams per (pchannel, follower node).
+        self._node_heard: dict[int, float] = {}
+        self._open: collections.Counter[tuple[str, int]] = collections.Counter()
+        # Follower side: each following stream's queue and its leader's node id.
+        self._queues: dict[str, tuple[int, asyncio.Queue]] = {}
+        self._beats = 0  # rotates the stream a heartbeat goes on
 
     # -- the cores' effects --------------------------------------------------------------
 
@@ -186,9 +203,13 @@ class Replication:
         lease = self.wal.config.quorum_lease_s
         now = time.monotonic()
         followers = role.follower_ids(self.node_id)
-        if quorum_contact([heard[n] for n in followers], len(role.members), now, lease):
+        at = {
+            n: heard_at(heard[n], self._node_heard.get(n), self._open[(ch.name, n)] > 0)
+            for n in followers
+        }
+        if quorum_contact(at.values(), len(role.members), now, lease):
             return ""
-        ages = ", ".join(f"node {n}: {now - heard[n]:.1f}s ago" for n in followers)
+        ages = ", ".join(f"node {n}: {now - at[n]:.1f}s ago" for n in followers)
         return f"the leader heard from no majority of its replicas within {lease}s ({ages})"
 
     # -- leader side -------------------------------------------------------------------
@@ -213,17 +234,41 @@ class Replication:
                 "truncate_from": start.truncate_from,
             },
         )
-        self._lease(ch, role)[first.node_id] = time.monotonic()
+        self._lease(ch, role)[first.node_id] = self._node_heard[first.node_id] = time.monotonic()
         stream = _LeaderStream(self, ch, role, first.node_id, start, acks, context, first.batched)
-        await stream.run()
+        key = (ch.name, first.node_id)
+        self._open[key] += 1
+        try:
+            await stream.run()
+        finally:
+            self._open[key] -= 1
+            if not self._open[key]:
+                del self._open[key]
 
     def acked(self, ch: Channel, role: Leading, node: int, end: int, sent: int) -> None:
         """A follower's ReplicaAck: it holds everything below `end` (of what was `sent`)."""
-        self._lease(ch, role)[node] = time.monotonic()
+        self._lease(ch, role)[node] = self._node_heard[node] = time.monotonic()
         self.wal.effects(ch, ch.core.acked(node, role.term, end, sent))
         self.publish(ch)
 
     # -- follower side -----------------------------------------------------------------
+
+    async def beat_loop(self) -> None:
+        """Every quarter lease, one heartbeat ack to each leader node this node follows."""
+        while True:
+            await asyncio.sleep(self.wal.config.quorum_lease_s / 4)
+            self.beat()
+
+    def beat(self) -> None:
+        """Queue a heartbeat on one following stream per leader node, rotating."""
+        self._beats += 1
+        by_leader: dict[int, list[asyncio.Queue]] = {}
+        for leader, queue in self._queues.values():
+            by_leader.setdefault(leader, []).append(queue)
+        for queues in by_leader.values():
+            queue = queues[self._beats % len(queues)]
+            if queue.empty():  # a busy stream acknowledges anyway
+                queue.put_nowait(_BEAT)
 
     async def _follow(self, ch: Channel, role: Following) -> None:
         """Stream from the leader while the role lasts, reconnecting with backoff."""
@@ -276,6 +321,7 @@ class Replication:
             )()
             queue: asyncio.Queue = asyncio.Queue(maxsize=1024)
             reader = asyncio.ensure_future(_pump(call, queue))
+            self._queues[ch.name] = (role.leader.node_id, queue)
             try:
                 await call.write(self._ack(ch, role, first=True))
                 while ch.core.role is role:
@@ -287,11 +333,15 @@ class Replication:
                     end = next((e for e in entries if isinstance(e, BaseException)), None)
                     applied = [e for e in entries if isinstance(e, pb.LogEntry)]
                     changed = bool(applied) and ch.core.role is role
-                    if changed and await self.apply(ch, applied):
+                    stored = changed and await self.apply(ch, applied)
+                    beat = any(e is _BEAT for e in entries) and ch.core.role is role
+                    if stored or beat:
                         await call.write(self._ack(ch, role))
                     if end is not None:
                         raise end
             finally:
+                if self._queues.get(ch.name, (0, None))[1] is queue:
+                    del self._queues[ch.name]
                 reader.cancel()
                 call.cancel()
         except grpc.RpcError as exc:
@@ -315,7 +365,7 @@ class Replication:
         return await self.wal.steps(ch, ch.core.apply(got))
 
 
-def _size(item: pb.LogEntry | BaseException) -> int:
+def _size(item: object) -> int:
     """Record bytes of a queued LogEntry (an error ends the stream: none)."""
     if not isinstance(item, pb.LogEntry):
         return 0

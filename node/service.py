@@ -457,6 +457,8 @@ class NodeService:
             return
         consumer_id = next(self._ids)
         ch.consumers += 1
+        ticks = 0 if header.options.skip_time_ticks else 1
+        self.wal.want_ticks(ch, ticks)
         self.wal.metrics.active_consumers.labels(ch.name).inc()
         closer = asyncio.ensure_future(self._await_close(request_iterator))
         try:
@@ -477,6 +479,7 @@ class NodeService:
         finally:
             closer.cancel()
             ch.consumers -= 1
+            self.wal.want_ticks(ch, -ticks)
             ch.consumer_positions.pop(consumer_id, None)
             self.wal.metrics.active_consumers.labels(ch.name).dec()
 

@@ -4,10 +4,10 @@ The driver of the pchannels' pure cores (core.py, node/README.md): every decisio
 pchannel is its core's; this feeds the inputs, answers the steps (`steps`) and applies
 the effects (`effects`) through the LogStore, the group committer, the acknowledged-offset
 ledger and the replication streams (replication.py). Also owns the housekeeping tasks:
-idle time ticks (so time-tick consumers progress on quiet pchannels), retention, the
-ledger's sync and the verification of what earlier processes wrote. All methods run on
-the event loop; RocksDB writes happen in a worker thread inside the group committer;
-reads are short and bounded.
+idle time ticks (so time-tick consumers progress on quiet pchannels), replication
+heartbeats, retention, the ledger's sync and the verification of what earlier processes
+wrote. All methods run on the event loop; RocksDB writes happen in a worker thread
+inside the group committer; reads are short and bounded.
 """
 
 from __future__ import annotations
@@ -175,6 +175,7 @@ class Wal:
         )
         self._tasks: list[asyncio.Task] = []
         self._closing = False
+        self._tick_wanted: dict[str, Channel] = {}  # pchannels with readers taking ticks
         self.replication = Replication(self, config.node_id)
         # Called with (channel, first offset to keep) before retention cuts below it, so
         # node bookkeeping held in records (consumer-group cursors) can be appended again
@@ -275,6 +276,7 @@ class Wal:
             loop.create_task(self._retention_loop(), name="retention"),
             loop.create_task(self._ledger_loop(), name="ledger-sync"),
             loop.create_task(self._verify_all(), name="verify"),
+            loop.create_task(self.replication.beat_loop(), name="replica-heartbeats"),
         ]
 
     async def close(self) -> None:
@@ -915,17 +917,35 @@ class Wal:
 
     # -- housekeeping ------------------------------------------------------------------
 
+    def want_ticks(self, ch: Channel, readers: int) -> None:
+        """`readers` consumers of `ch` that take time ticks came (+1) or went (-1); 0 for
+        one that skips them."""
+        ch.tick_readers += readers
+        if ch.tick_readers > 0:
+            self._tick_wanted[ch.name] = ch
+        elif self._tick_wanted.get(ch.name) is ch:
+            del self._tick_wanted[ch.name]
+
     async def _tick_idle_channels(self) -> None:
+        """Idle time ticks, for the readers that take them: a pchannel led here with a
+        consumer that did not ask to skip ticks gets one per --time-tick-interval while
+        nothing else is appended; one without such a reader gets none, so ticks cost per
+        reader, not per pchannel (issue 24: at 200 ms, 1,024 idle RF=3 pchannels were
+        ~5,000 appends and ~10,000 copies a second, which saturated 4 nodes on 2 cores).
+        The quorum lease no longer needs them (replication.py: heartbeats) and age
+        retention writes its own (`apply_retention`). Decisions: docs/decisions-scale.md."""
         interval = self.config.time_tick_interval_s
         while True:
             await asyncio.sleep(interval / 2)
             now = _now_ms()
-            for ch in list(self.channels.values()):
+            for ch in list(self._tick_wanted.values()):
                 if ch.core.idle(now, int(interval * 1000)):
-                    try:
-                        self.append(ch, ch.term, _TIME_TICK_BODY, 1, records.FLAG_TIME_TICK)
-                    except StreamingError:
-                        continue
+                    self._idle_tick(ch)
+
+    def _idle_tick(self, ch: Channel) -> None:
+        """A time tick on an idle pchannel this node leads (none if it does not)."""
+        with contextlib.suppress(StreamingError):
+            self.append(ch, ch.term, _TIME_TICK_BODY, 1, records.FLAG_TIME_TICK)
 
     async def _retention_loop(self) -> None:
         while True:
@@ -938,6 +958,10 @@ class Wal:
         meta = ch.meta
         if not (meta.retention_age_ms or meta.retention_bytes):
             return
+        if meta.retention_age_ms and ch.core.idle(_now_ms(), meta.retention_age_ms):
+            # The newest record is always kept (retention.plan_cut); on a pchannel idle
+            # past the age bound one tick makes the expired data before it cuttable.
+            self._idle_tick(ch)
         loop = asyncio.get_running_loop()
         size = ch.size_bytes
         plan = await loop.run_in_executor(

@@ -304,7 +304,7 @@ async def _first_at(owner: Owner, bounds: Bounds, millis: int, timeout_s: float)
             owner.term,
             DeliverPolicy.all(),
             [DeliverFilter.time_tick_gte(millis << PHYSICAL_SHIFT)],
-            time_ticks=True,  # an idle pchannel's ticks place a time after its last message
+            time_ticks=True,  # a tick in the log places a time after the last message
             end_offset=bounds.next,
         )
         try:

@@ -113,6 +113,7 @@ class SimNode:
         self._sent: dict[tuple[str, int], int] = {}  # (pchannel, follower) -> position sent
         self._told: dict[tuple[str, int], int] = {}  # (pchannel, follower) -> commit sent
         self.restarts = 0
+        self._read_at: dict[str, float] = {}  # pchannel -> when a consumer last read it
 
     # ----------------------------------------------------------------- process
 
@@ -394,14 +395,20 @@ class SimNode:
                 self._effects(core, core.write_failed(producers))
 
     async def _tick_loop(self) -> None:
-        """Idle time ticks keep quiet pchannels' time moving (and replicas in step)."""
+        """Idle time ticks keep quiet pchannels' time moving for their readers: as the
+        node's (Wal._tick_idle_channels), only pchannels with a reader, here one that
+        read within two intervals (the simulated consumers poll and see the ticks)."""
         interval = self.cluster.config.tick_interval
+        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(interval / 2)
             await self.awake()
             now = self._now_ms()
-            for core in list(self.cores.values()):
-                if core.idle(now, int(interval * 1000)):
+            for name, at in list(self._read_at.items()):
+                core = self.cores.get(name)
+                if core is None or loop.time() - at > 2 * interval:
+                    del self._read_at[name]
+                elif core.idle(now, int(interval * 1000)):
                     try:
                         self._tick(core, core.term)
                     except StreamingError:
@@ -495,6 +502,7 @@ class SimNode:
         if core is None:
             raise Unavailable(f"node {self.id} does not know {name!r}")
         core.access(term)
+        self._read_at[name] = asyncio.get_running_loop().time()
         return self.disk.records_from(name, offset, core.visible_next, 16)
 
     async def fetch(self, name: str, offset: int) -> tuple[list, int, list[tuple[int, bytes]]]:

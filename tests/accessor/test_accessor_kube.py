@@ -51,6 +51,10 @@ async def test_connect_by_namespace_finds_the_coord_service(
         api.close()
     address = coord_address_in_namespace(kube_ns, kubeconfig=str(kubeconfig))
     assert address == f"streamwal-coord.{kube_ns}.svc:19500"
+    # Outside the cluster (here) the Service's DNS name does not resolve: said at once.
+    forward = r"does not resolve here.*port-forward svc/streamwal-coord"
+    with pytest.raises(Unavailable, match=forward):
+        await connect(namespace=kube_ns, kubeconfig=str(kubeconfig))
     empty = kube_control_plane.create_namespace()
     with pytest.raises(Unavailable, match="is streamwal installed"):
         await connect(namespace=empty, kubeconfig=str(kubeconfig))

@@ -263,3 +263,23 @@ def test_sync_twin_txn_and_groups(node, pchannel) -> None:  # noqa: F811
         c.destroy_consumer_group(pchannel, 1, "g")
         with pytest.raises(ConsumerGroupNotExist):
             c.group_consume(pchannel, 1, "g", 1)
+
+
+async def test_an_idle_member_polling_appends_nothing(client, pchannel) -> None:  # noqa: F811
+    """Polls that find only time ticks (and the group's own cursor records) write nothing:
+    each used to append a cursor record, which the next poll passed over in turn."""
+    await client.assign(pchannel, 1)
+    await _fill(client, pchannel, 1, [b"m"])
+    await client.create_consumer_group(pchannel, 1, "idle")
+    assert len(await client.group_consume(pchannel, 1, "idle", 10)) == 1
+
+    async def end() -> int:
+        status = await client.collect_status()
+        return next(c.next_offset for c in status.channels if c.pchannel.name == pchannel)
+
+    before = await end()
+    for _ in range(20):
+        assert await client.group_consume(pchannel, 1, "idle", 10) == []
+    grown = await end() - before
+    # Time ticks still go on (about 5 a second by default); 20 polls wrote no cursor.
+    assert grown <= 3, f"the log grew by {grown} records over 20 empty polls"

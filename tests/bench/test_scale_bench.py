@@ -32,6 +32,8 @@ def test_bench_scale_fails_a_node_over_and_prints_json(tmp_path: Path) -> None:
     assert case["term_rises"] == [1], case  # one term per failover, no inflation
     assert case["sample_acked"] > 0 and case["sample_lost"] == 0, case
     assert not case["sample_violations"], case
+    idle = case["idle_node_cpu"]  # CPU s/s of each node with nothing produced
+    assert len(idle) == 3 and all(c is not None and 0 <= c < 2 for c in idle), case
     sim = result["sim"]
     assert sim["pchannels"] == 40 and sim["its_pchannels"] > 0
     assert sim["failover_s"] <= sim["grace_s"] + 1.0, sim

@@ -1,8 +1,8 @@
 """Helpers shared by the node tests: bounded reads, seed-style raw streams, batch payloads.
 
 Everything that waits is bounded by a timeout so a broken node fails a test instead of
-hanging the suite. Time ticks (type 1200) are appended by the node on idle pchannels and
-are skipped wherever the tests count data.
+hanging the suite. Time ticks (type 1200) are appended by the node on idle pchannels
+while a consumer takes them, and are skipped wherever the tests count data.
 """
 
 from __future__ import annotations

@@ -439,7 +439,11 @@ async def test_an_assign_past_the_offset_range_is_refused_and_stops_nothing(
     status = await client.collect_status()
     assert pchannel not in [s.pchannel.name for s in status.channels]
     await client.assign(pchannel, 1, min_next_offset=2**62)  # the largest start allowed
-    await asyncio.sleep(0.6)  # the idle time tick of the new pchannel is written meanwhile
+    # A reader that takes ticks: the idle tick of the new pchannel is written meanwhile.
+    reader = await client.consumer(pchannel, 1, DeliverPolicy.all(), time_ticks=True)
+    tick = await asyncio.wait_for(reader.__anext__(), 10)
+    assert tick.offset == 2**62
+    await reader.close()
     producer = await client.producer(pchannel, 1)
     first = await asyncio.wait_for(producer.send(b"high"), 10)
     assert first.offset > 2**62

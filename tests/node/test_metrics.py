@@ -35,11 +35,13 @@ def _python_info() -> dict[str, str]:
 
 
 async def test_an_idle_pchannel_appends_ticks_not_messages(start_node, pchannel) -> None:
-    """An idle pchannel's time ticks used to count as appended messages (~4/s)."""
+    """An idle pchannel's time ticks used to count as appended messages (~4/s). Ticks
+    are written for a reader that takes them."""
     port = free_port()
     node = start_node("n1", "--metrics", f"127.0.0.1:{port}", "--time-tick-interval", "0.05")
     async with NodeClient(node.address) as c:
         await c.assign(pchannel, 1)
+        reader = await c.consumer(pchannel, 1, DeliverPolicy.latest(), time_ticks=True)
 
         def ticking() -> None:
             m = scrape(port)
@@ -47,6 +49,7 @@ async def test_an_idle_pchannel_appends_ticks_not_messages(start_node, pchannel)
             assert sample(m, "streamwal_appended_messages_total", pchannel=pchannel) == 0
 
         await _eventually(ticking)
+        await reader.close()
 
 
 async def test_metrics_after_traffic(start_node, pchannel) -> None:

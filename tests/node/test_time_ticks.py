@@ -16,6 +16,9 @@ async def test_idle_pchannel_ticks_and_tick_filters_progress(client, node, pchan
     await client.assign(pchannel, 1)
     producer = await client.producer(pchannel, 1)
     r = await producer.send(b"only")
+    # Nobody takes ticks yet: none are written (they cost per reader, not per pchannel).
+    await asyncio.sleep(0.6)
+    opened_ms = time.time() * 1000
     # A time-tick consumer past the only message still sees time move (default 200 ms).
     consumer = await client.consumer(
         pchannel, 1, DeliverPolicy.all(), [DeliverFilter.time_tick_gt(r.time_tick)], time_ticks=True
@@ -30,6 +33,8 @@ async def test_idle_pchannel_ticks_and_tick_filters_progress(client, node, pchan
             break
     await consumer.close()
     assert len(ticks) == 4 and ticks == sorted(ticks)
+    # The first came for this reader (none was written while nobody took ticks).
+    assert physical_ms(ticks[0]) >= opened_ms - 50
     gaps = [physical_ms(b) - physical_ms(a) for a, b in itertools.pairwise(ticks)]
     assert all(100 <= g <= 1500 for g in gaps), gaps
     assert abs(physical_ms(ticks[-1]) - time.time() * 1000) < 5000
@@ -46,22 +51,29 @@ async def test_busy_pchannel_does_not_get_ticks_between_appends(start_node, pcha
     node = start_node("n1", "--time-tick-interval", "300ms")
     async with NodeClient(node.address) as c:
         await c.assign(pchannel, 1)
+        # A reader that takes ticks is there throughout: idle, the pchannel ticks for it.
+        consumer = await c.consumer(pchannel, 1, DeliverPolicy.all(), time_ticks=True)
+        msgs = [await asyncio.wait_for(consumer.__anext__(), 10)]
+        assert is_tick(msgs[0])
         producer = await c.producer(pchannel, 1)
-        first = await producer.send(b"0")
-        for i in range(1, 20):
+        for i in range(20):
             await producer.send(b"%d" % i)
             await asyncio.sleep(0.02)
-        consumer = await c.consumer(
-            pchannel, 1, DeliverPolicy.start_from(first.offset), time_ticks=True
-        )
-        msgs = []
-        async for m in consumer:
-            msgs.append(m)
-            if len([x for x in msgs if not is_tick(x)]) == 20:
-                break
+
+        async def through_data() -> None:
+            async for m in consumer:
+                msgs.append(m)
+                if m.payload == b"19":
+                    return
+
+        await asyncio.wait_for(through_data(), 10)
         await consumer.close()
         await producer.close()
-    assert not [m for m in msgs if is_tick(m)], "ticks appended while the pchannel was busy"
+    first = next(i for i, m in enumerate(msgs) if not is_tick(m))
+    between = msgs[first:]
+    assert [m.payload for m in between] == [b"%d" % i for i in range(20)], (
+        "ticks appended while the pchannel was busy"
+    )
 
 
 async def test_consumers_skip_time_ticks_unless_asked(client, pchannel) -> None:
@@ -69,7 +81,9 @@ async def test_consumers_skip_time_ticks_unless_asked(client, pchannel) -> None:
     await client.assign(pchannel, 1)
     producer = await client.producer(pchannel, 1)
     await producer.send(b"a", vchannel=pchannel + "_v1")
-    await asyncio.sleep(0.7)  # a few ticks land in between
+    reader = await client.consumer(pchannel, 1, DeliverPolicy.latest(), time_ticks=True)
+    await asyncio.sleep(0.7)  # a few ticks land in between, for the reader that takes them
+    await reader.close()
     await producer.send(b"b", vchannel=pchannel + "_v2")
     last = await producer.send(b"c", vchannel=pchannel + "_v1")
     for filters, expected in (

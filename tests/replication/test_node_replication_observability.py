@@ -3,6 +3,7 @@ client's ack_level."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 from streamwal.client.node_client import NodeClient
@@ -44,6 +45,13 @@ async def test_metrics_cli_and_sync_client(start_node, pchannel) -> None:
             labels = {"pchannel": pchannel, "replica": str(r.node_id)}
             assert sample(samples, "streamwal_replica_acked_offset", **labels) > last
             assert sample(samples, "streamwal_replica_lag", **labels) < 10  # a tick or two
+        # Idle past the quorum lease (1 s), no reader taking ticks: no tick is written
+        # (they cost per reader, not per pchannel) and the followers' heartbeats keep
+        # the leader healthy (it used to hear them through the ticks' acks).
+        await asyncio.sleep(1.6)
+        idle = await status(clients[1], pchannel)
+        assert idle.unhealthy == "", idle.unhealthy
+        assert idle.next_offset == s.next_offset, "idle ticks without a reader"
     finally:
         for c in clients.values():
             await c.close()

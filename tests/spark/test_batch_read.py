@@ -12,6 +12,8 @@ import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql.utils import AnalysisException
 
+from streamwal.client.policy import DeliverPolicy
+from streamwal.client.sync import SyncNodeClient
 from streamwal.message import MsgType
 from tests.spark.helpers import assign, produce, status
 
@@ -92,7 +94,14 @@ def test_only_named_pchannels_and_pchannels_missing_from_json_default(spark, two
 
 def test_time_ticks_are_rows_only_when_asked(spark, two_pchannels):
     node, produced = two_pchannels
-    time.sleep(0.6)  # the node appends a TimeTick message to idle pchannels every 200 ms
+    # The node appends a TimeTick message every 200 ms to an idle pchannel with a reader
+    # that takes them: one is held until it got two.
+    with (
+        SyncNodeClient(node.address) as client,
+        client.consumer("ra_0", 1, DeliverPolicy.latest(), time_ticks=True, timeout=10) as reader,
+    ):
+        # `latest` delivers the newest message first
+        assert [next(reader).msg_type for _ in range(3)][1:] == [MsgType.TimeTick] * 2
     with_ticks = read(spark, node, pchannels="ra_0", includeTimeTicks="true")
     ticks = with_ticks.where(f"message_type = {int(MsgType.TimeTick)}").count()
     assert ticks >= 1
