@@ -67,21 +67,22 @@ class ConsumedBatch(Sequence[ConsumedMessage]):
     """One ConsumeBatchResponse's messages, in offset order; a read-only sequence.
 
     Slicing gives a list. The ConsumedMessage objects are made once, on first use.
+
+    The frame's MessageBatch is parsed here, when the frame arrives, not on first use:
+    a reader loop (`batch = await consumer.next_batch()`) still holds the previous frame
+    then, so glibc's heap reuses the previous frame's memory for this one. Parsed after
+    the previous frame was freed, every frame grew the heap and gave it back to the
+    system (brk, then a page fault on each new page), which cost more CPU per message
+    than the parse (docs/benchmarks.md, "The Wal as the core's driver").
     """
 
-    __slots__ = ("_frame", "_items", "_parsed", "term")
+    __slots__ = ("_frame", "_items", "_messages", "term")
 
     def __init__(self, frame: pb.ConsumeBatchResponse) -> None:
         self._frame = frame
-        self._parsed: Sequence[pb.Message] | None = None
+        self._messages: Sequence[pb.Message] = pb.MessageBatch.FromString(frame.messages).messages
         self._items: list[ConsumedMessage] | None = None
         self.term = frame.term
-
-    @property
-    def _messages(self) -> Sequence[pb.Message]:
-        if self._parsed is None:
-            self._parsed = pb.MessageBatch.FromString(self._frame.messages).messages
-        return self._parsed
 
     def __len__(self) -> int:
         return len(self._messages)

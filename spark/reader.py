@@ -117,7 +117,7 @@ def _frame_batch(pchannel: str, batch: Sequence[ConsumedMessage]) -> pa.RecordBa
 class Frames:
     """Consecutive frames of one pchannel, received and not yet made into rows (see
     SCHEMA_DDL). A batch frame is split into its message bodies on arrival (which counts
-    them; the messages are never parsed into protobuf objects); `rows` decodes the
+    them; its rows are not built from the protobuf objects); `rows` decodes the
     bodies of all of them at once (one set of numpy and Arrow calls), and takes the
     frames that the decoder does not read through the protobuf objects one by one."""
 

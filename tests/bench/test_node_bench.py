@@ -70,3 +70,27 @@ def test_append_cpu_prints_the_cpu_per_append_as_json() -> None:
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert set(result) == {"plain_cpu_us_per_append", "producer_cpu_us_per_append"}
     assert all(0 < v < 10_000 for v in result.values()), result
+
+
+@pytest.mark.timeout(120)
+def test_node_cpu_prints_each_phases_cpu_per_message_as_json() -> None:
+    """The node-and-client CPU-per-message measure (docs/benchmarks.md): a real node."""
+    out = subprocess.run(
+        [sys.executable, "-m", "streamwal.bench.node_cpu", "--messages", "8192", "--sends", "20"],
+        capture_output=True,
+        text=True,
+        timeout=110,
+        check=True,
+    )
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert set(result) == {
+        "one_at_a_time_us_per_send",
+        "produce_ns_per_msg",
+        "consume_ns_per_msg",
+    }
+    for phase in result.values():
+        assert set(phase) == {"node", "node_loop", "client", "client_loop", "msgs_per_s"}
+        # the node's threads include its event loop; this process includes its loop thread
+        assert 0 < phase["node_loop"] <= phase["node"], result
+        assert 0 < phase["client_loop"] <= phase["client"], result
+        assert phase["msgs_per_s"] > 0
