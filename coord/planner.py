@@ -233,7 +233,9 @@ def plan(
         for n, s in sorted(live_records.items())
         if n not in busy and retention_due(s.record)
     )
-    fence = tuple(remove_stale(snapshot, metas, None if dirty is None else set(scope)))
+    # All of `dirty`, not only the recorded ones: a pchannel a node serves that has no
+    # record any more (a PChannel deleted in Kubernetes leaves the view) is stale there.
+    fence = tuple(remove_stale(snapshot, metas, None if dirty is None else set(dirty)))
     rebalance: tuple[Reassign, ...] = ()
     if snapshot.rebalance_due:
         rebalance = tuple(_rebalance(snapshot, seen, single, targets))
