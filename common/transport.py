@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import socket
 from collections.abc import Sequence
 from concurrent import futures
 from dataclasses import dataclass, replace
@@ -277,6 +278,26 @@ async def internal_address(
 async def make_internal_channel(address: str, config: TransportConfig | None = None) -> aio.Channel:
     """A channel to the internal listener of the node clients reach at `address`."""
     return make_channel(await internal_address(address, config), config)
+
+
+class StartupError(Exception):
+    """A server (node, coord) cannot start as configured; the message is one line for
+    the operator."""
+
+
+def check_bindable(address: str, flag: str) -> None:
+    """StartupError with the system's reason (in use, no such interface) when `address`
+    cannot be bound; gRPC only says that it failed."""
+    host, _, port = address.rpartition(":")
+    try:
+        family, kind, proto, _, where = socket.getaddrinfo(
+            host.strip("[]"), int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(where)
+    except OSError as exc:
+        raise StartupError(f"cannot listen on {address} ({flag}): {exc.strerror or exc}") from None
 
 
 class Closable(Protocol):

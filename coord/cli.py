@@ -140,6 +140,7 @@ def coord(
     from streamwal.coord.coordinator import CoordConfig
     from streamwal.coord.server import parse_nodes, serve
     from streamwal.errors import StreamingError
+    from streamwal.transport import StartupError
 
     logs.configure(log_level)
     try:
@@ -153,7 +154,7 @@ def coord(
             max_clock_offset=max_clock_offset,
         )
         asyncio.run(serve(listen, meta_dir, config, metrics, forget_missing_meta, security))
-    except StreamingError as err:
+    except (StreamingError, StartupError) as err:
         raise click.ClickException(str(err)) from None
 
 

@@ -188,9 +188,14 @@ async def start_grpc(
 def serve_metrics(coord: Coordinator, address: str) -> int:
     """Serve `coord`'s Prometheus registry on HOST:PORT (port 0: any); returns the port."""
     host, _, mport = address.rpartition(":")
-    http, _thread = start_http_server(
-        int(mport), addr=host or "127.0.0.1", registry=coord.metrics.registry
-    )
+    try:
+        http, _thread = start_http_server(
+            int(mport), addr=host or "127.0.0.1", registry=coord.metrics.registry
+        )
+    except OSError as exc:
+        raise transport.StartupError(
+            f"cannot serve metrics on {address} (--metrics): {exc.strerror or exc}"
+        ) from None
     return http.server_port
 
 
@@ -202,8 +207,17 @@ async def serve(
     forget_missing_meta: bool = False,
     security: transport.TransportConfig | None = None,
 ) -> None:
-    """Run a coord until SIGTERM / SIGINT; `security`: its server's TLS and access rules."""
-    store = LocalMetaStore(meta_dir, forget_missing=forget_missing_meta)
+    """Run a coord until SIGTERM / SIGINT; `security`: its server's TLS and access rules.
+    What keeps it from starting (a port in use, an unusable meta dir) is a StartupError."""
+    transport.check_bindable(listen, "--listen")
+    if metrics_address:
+        transport.check_bindable(metrics_address, "--metrics")
+    try:
+        store = LocalMetaStore(meta_dir, forget_missing=forget_missing_meta)
+    except OSError as exc:
+        raise transport.StartupError(
+            f"cannot use the meta dir {meta_dir} (--meta-dir): {exc.strerror or exc}"
+        ) from None
     coord = Coordinator(store, config, pinger=Pinger(config.probe_interval, config.max_loop_stall))
     await coord.start()
     server, health_servicer, port = await start_grpc(coord, listen, security=security)

@@ -313,7 +313,8 @@ def node(log_level: str, access_file: str | None, **flags) -> None:
     `streamwal node list` and `streamwal node drain|undrain ID` ask the coord instead."""
     config = _config(**flags)
     security = server_transport(access_file)
-    from streamwal.node.server import NodeServer, StartupError
+    from streamwal.node.server import NodeServer
+    from streamwal.transport import StartupError
 
     logs.configure(log_level)
     try:

@@ -7,7 +7,6 @@ import logging
 import os
 import resource
 import signal
-import socket
 import time
 
 import grpc
@@ -26,28 +25,9 @@ from streamwal.node.produce_port import ProducePort
 from streamwal.node.service import NodeService
 from streamwal.node.wal import Wal
 from streamwal.proto import wire_pb2
-from streamwal.transport import TransportConfig, bind, make_server
+from streamwal.transport import StartupError, TransportConfig, bind, check_bindable, make_server
 
 log = logging.getLogger("streamwal.node")
-
-
-class StartupError(Exception):
-    """The node cannot start as configured; the message is one line for the operator."""
-
-
-def _check_bindable(address: str, flag: str) -> None:
-    """StartupError with the system's reason (in use, no such interface) when `address`
-    cannot be bound; gRPC only says that it failed."""
-    host, _, port = address.rpartition(":")
-    try:
-        family, kind, proto, _, where = socket.getaddrinfo(
-            host.strip("[]"), int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            probe.bind(where)
-    except OSError as exc:
-        raise StartupError(f"cannot listen on {address} ({flag}): {exc.strerror or exc}") from None
 
 
 def raise_fd_limit(connections: int) -> None:
@@ -87,7 +67,7 @@ class NodeServer:
 
     def _bind(self, server: aio.Server, address: str, flag: str) -> int:
         """Listen on `address` (`flag` names it in errors); the bound port."""
-        _check_bindable(address, flag)
+        check_bindable(address, flag)
         try:
             port = bind(server, address, self.transport)
         except OSError as exc:  # the TLS files (STREAMWAL_TLS_*)

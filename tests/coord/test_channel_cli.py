@@ -116,3 +116,29 @@ def _run_env(args: tuple[str, ...], env: dict[str, str]) -> str:
     )
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+def test_the_coord_says_in_one_line_why_it_cannot_start(tmp_path) -> None:
+    """A port in use (its listener or --metrics) or an unusable meta dir: one line naming
+    the flag and the cause, exit 1 -- not a traceback."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = f"127.0.0.1:{taken.getsockname()[1]}"
+        meta = str(tmp_path / "meta")
+        for args, line in (
+            (["--listen", busy, "--meta-dir", meta], f"cannot listen on {busy} (--listen)"),
+            (["--meta-dir", meta, "--metrics", busy], f"cannot listen on {busy} (--metrics)"),
+            (["--meta-dir", "/proc/none/meta"], "cannot use the meta dir /proc/none/meta"),
+        ):
+            proc = subprocess.run(
+                [STREAMWAL, "coord", "--nodes", "1=127.0.0.1:1", "--listen", "127.0.0.1:0", *args],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            lines = proc.stderr.strip().splitlines()
+            assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+            assert lines[0].startswith(f"Error: {line}"), lines
