@@ -128,10 +128,15 @@ class LocalCluster:
         raise TimeoutError(f"coord not serving after {timeout}s:\n{self.coord_log_tail()}")
 
     async def start(self) -> LocalCluster:
-        """Every node (in parallel), then the coord."""
+        """Every node (in parallel), then the coord; what started is stopped again when
+        a part fails (a caller whose start raised never gets a cluster to close)."""
         self.root.mkdir(parents=True, exist_ok=True)
-        await asyncio.gather(*(self.start_node(i) for i in self.node_ids))
-        await self.start_coord()
+        try:
+            await asyncio.gather(*(self.start_node(i) for i in self.node_ids))
+            await self.start_coord()
+        except BaseException:
+            await self.close()
+            raise
         return self
 
     def coord_log_tail(self, chars: int = 4000) -> str:
@@ -217,11 +222,7 @@ class LocalCluster:
             self.kill_coord()
 
     async def __aenter__(self) -> LocalCluster:
-        try:
-            return await self.start()
-        except BaseException:
-            await self.close()
-            raise
+        return await self.start()
 
     async def __aexit__(self, *exc) -> None:
         await self.close()
