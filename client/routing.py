@@ -46,10 +46,14 @@ log = logging.getLogger("streamwal.client.routing")
 
 T = TypeVar("T")
 RETRY_INTERVAL = 0.25  # how long to wait for a newer assignment before retrying the same one
-# Without a working owner this long, ask the coord whether one can come at all (and again
-# as often): a pchannel that lost acknowledged records, or was destroyed, fails the wait
-# at once with the coord's reason instead of after `failover_timeout`.
-ASK_COORD_EVERY = 1.0
+# A pchannel without an owner in the coord's assignment this long: ask the coord whether
+# one can come at all, then again after twice as long, up to ASK_COORD_MAX apart. One that
+# lost acknowledged records, or was destroyed, fails the wait at once with the coord's
+# reason instead of after `failover_timeout`. Only while it has no owner at all: a wait
+# on an assigned owner (a move under way, a grace period) asks nothing, so a failover of
+# many pchannels under many clients does not add describe calls to the coord's work.
+ASK_COORD_AFTER = 1.0
+ASK_COORD_MAX = 5.0
 _SUPERSEDED = object()  # an open attempt given up for a newer assignment
 
 
@@ -108,11 +112,12 @@ class Router:
 
         `failed`/`err`: the route that just failed (reported to the coord, and a newer
         route is preferred). Non-retryable errors propagate; so does the coord's refusal
-        (DataLoss, ChannelNotExist: `AssignmentWatcher.refusal`), asked once a second
-        while no owner works; NoRoute after the deadline.
+        (DataLoss, ChannelNotExist: `AssignmentWatcher.refusal`), asked while the
+        pchannel has no owner (ASK_COORD_AFTER); NoRoute after the deadline.
         """
         deadline = time.monotonic() + self.failover_timeout
-        ask_coord_at = time.monotonic() + ASK_COORD_EVERY
+        ask_every = ASK_COORD_AFTER
+        ask_coord_at = time.monotonic() + ask_every
         last_err = err
         route = failed
         while True:
@@ -127,10 +132,12 @@ class Router:
                     f"{self.failover_timeout:.1f}s (last error: {last_err})"
                 )
             if time.monotonic() >= ask_coord_at:
-                refusal = await self.watcher.refusal(pchannel, min(2.0, remaining))
-                if refusal is not None:
-                    raise refusal
-                ask_coord_at = time.monotonic() + ASK_COORD_EVERY
+                if self.watcher.route(pchannel) is None:
+                    refusal = await self.watcher.refusal(pchannel, min(2.0, remaining))
+                    if refusal is not None:
+                        raise refusal
+                    ask_every = min(2 * ask_every, ASK_COORD_MAX)
+                ask_coord_at = time.monotonic() + ask_every
                 continue  # the deadline is looked at again first
             try:
                 # Prefer a newer assignment; after a short wait retry the current one

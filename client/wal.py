@@ -23,7 +23,13 @@ from contextlib import suppress
 
 from streamwal.client.discovery import AssignmentWatcher, NoRoute, Route
 from streamwal.client.policy import DeliverFilter, DeliverPolicy
-from streamwal.client.routing import ASK_COORD_EVERY, RoutedConsumer, RoutedProducer, Router
+from streamwal.client.routing import (
+    ASK_COORD_AFTER,
+    ASK_COORD_MAX,
+    RoutedConsumer,
+    RoutedProducer,
+    Router,
+)
 from streamwal.errors import ChannelNotExist
 from streamwal.message import pchannel_of
 from streamwal.transport import TransportConfig
@@ -48,7 +54,7 @@ class WAL:
         assignment, not the shape of the name, decides.)
         """
         deadline = time.monotonic() + (timeout or self.router.failover_timeout)
-        ask_coord_at = time.monotonic()
+        ask_coord_at, ask_every = time.monotonic(), ASK_COORD_AFTER
         while True:
             routes = self.watcher.routes
             if channel in routes:
@@ -64,7 +70,8 @@ class WAL:
                 )
             if time.monotonic() >= ask_coord_at:
                 await self._refuse_unservable(channel, parent, min(2.0, remaining))
-                ask_coord_at = time.monotonic() + ASK_COORD_EVERY
+                ask_coord_at = time.monotonic() + ask_every
+                ask_every = min(2 * ask_every, ASK_COORD_MAX)
             with suppress(NoRoute):
                 await self.watcher.wait_route(channel, None, min(remaining, 0.2))
 
