@@ -20,17 +20,21 @@ KEYS = (
     "consume_msgs_per_s",
     "restart_s",
 )
+STREAMWAL = str(Path(sys.executable).with_name("streamwal"))
+
+
+def last_json(*argv: str, timeout: float = 110) -> dict:
+    """Run a benchmark command; the JSON object its last stdout line holds."""
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.timeout(120)
 def test_bench_node_prints_one_json_object_last(tmp_path: Path) -> None:
-    streamwal = Path(sys.executable).with_name("streamwal")
-    out = subprocess.run(
-        [str(streamwal), "bench", "node", "--quick", "--messages", "40000",
-         "--restart-messages", "120000", "--workdir", str(tmp_path)],
-        capture_output=True, text=True, timeout=110, check=True,
-    ).stdout  # fmt: skip
-    result = json.loads(out.strip().splitlines()[-1])
+    result = last_json(
+        STREAMWAL, "bench", "node", "--quick", "--messages", "40000",
+        "--restart-messages", "120000", "--workdir", str(tmp_path),
+    )  # fmt: skip
     for key in KEYS:
         assert result[key] > 0, key
     assert result["produce_p50_ms"] <= result["produce_p99_ms"] <= result["produce_p999_ms"]
@@ -45,13 +49,10 @@ def test_bench_node_prints_one_json_object_last(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(120)
 def test_bench_node_with_three_replicas_acknowledges_at_quorum(tmp_path: Path) -> None:
-    streamwal = Path(sys.executable).with_name("streamwal")
-    out = subprocess.run(
-        [str(streamwal), "bench", "node", "--quick", "--replicas", "3", "--messages", "20000",
-         "--workdir", str(tmp_path)],
-        capture_output=True, text=True, timeout=110, check=True,
-    ).stdout  # fmt: skip
-    result = json.loads(out.strip().splitlines()[-1])
+    result = last_json(
+        STREAMWAL, "bench", "node", "--quick", "--replicas", "3", "--messages", "20000",
+        "--workdir", str(tmp_path),
+    )  # fmt: skip
     assert result["replicas"] == 3 and result["ack_level"] == "quorum"
     for key in ("produce_msgs_per_s", "produce_p99_ms", "consume_msgs_per_s"):
         assert result[key] > 0, key
@@ -60,14 +61,9 @@ def test_bench_node_with_three_replicas_acknowledges_at_quorum(tmp_path: Path) -
 
 def test_append_cpu_prints_the_cpu_per_append_as_json() -> None:
     """The in-process CPU-per-append measure (docs/benchmarks.md): runs on this tree's Wal."""
-    out = subprocess.run(
-        [sys.executable, "-m", "streamwal.bench.append_cpu", "--appends", "200", "--repeat", "2"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
+    result = last_json(
+        sys.executable, "-m", "streamwal.bench.append_cpu", "--appends", "200", "--repeat", "2"
     )
-    result = json.loads(out.stdout.strip().splitlines()[-1])
     assert set(result) == {"plain_cpu_us_per_append", "producer_cpu_us_per_append"}
     assert all(0 < v < 10_000 for v in result.values()), result
 
@@ -75,14 +71,9 @@ def test_append_cpu_prints_the_cpu_per_append_as_json() -> None:
 @pytest.mark.timeout(120)
 def test_node_cpu_prints_each_phases_cpu_per_message_as_json() -> None:
     """The node-and-client CPU-per-message measure (docs/benchmarks.md): a real node."""
-    out = subprocess.run(
-        [sys.executable, "-m", "streamwal.bench.node_cpu", "--messages", "8192", "--sends", "20"],
-        capture_output=True,
-        text=True,
-        timeout=110,
-        check=True,
+    result = last_json(
+        sys.executable, "-m", "streamwal.bench.node_cpu", "--messages", "8192", "--sends", "20"
     )
-    result = json.loads(out.stdout.strip().splitlines()[-1])
     assert set(result) == {
         "one_at_a_time_us_per_send",
         "produce_ns_per_msg",
