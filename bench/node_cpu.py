@@ -62,8 +62,11 @@ class Phase:
         node = node_cpu(self.pid)
         self.node_s = node[0] - self.node[0]
         self.loop_s = node[1] - self.node[1]
-        self.client_s = time.process_time() - self.client
+        # The thread's clock is read inside the process's at both ends, so the loop
+        # thread's share never exceeds the process's (a run of 8,192 messages showed
+        # 923.29 against 923.10 ns with the end readings the other way round).
         self.client_loop_s = time.thread_time() - self.client_loop
+        self.client_s = time.process_time() - self.client
         self.wall_s = time.perf_counter() - self.wall
 
     def per_message(self, messages: int, unit: float) -> dict[str, float]:
