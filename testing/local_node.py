@@ -22,6 +22,10 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+class _InternalPortTaken(RuntimeError):
+    """The internal port picked for a node was bound by someone else first."""
+
+
 class LocalNode:
     def __init__(
         self,
@@ -53,10 +57,23 @@ class LocalNode:
         return f"{self.host}:{self.port}"
 
     def start(self, timeout: float = 30.0) -> LocalNode:
-        """Spawn the node and return once it serves (its gRPC port is bound)."""
+        """Spawn the node and return once it serves (its gRPC port is bound). An internal
+        port picked here may be taken by another process before the node binds it (tests
+        run side by side): then, at the first start only, another is picked (3 tries)."""
+        for attempt in range(3):
+            picked = self._pick_internal and not self.internal_port
+            if picked:
+                self.internal_port = free_port(self.host)
+            try:
+                return self._spawn(timeout)
+            except _InternalPortTaken:
+                if not picked or attempt == 2:
+                    raise
+                self.internal_port = 0
+        raise AssertionError("unreachable")
+
+    def _spawn(self, timeout: float) -> LocalNode:
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
-        if self._pick_internal and not self.internal_port:
-            self.internal_port = free_port(self.host)
         internal = [f"--internal-listen={self.host}:{self.internal_port}"] * bool(
             self.internal_port
         )
@@ -70,6 +87,7 @@ class LocalNode:
             *self.extra_args,
         ]  # fmt: skip
         self.port_file.unlink(missing_ok=True)
+        log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 argv,
@@ -86,6 +104,9 @@ class LocalNode:
                 self.port = port
                 return self
             if self.proc.poll() is not None:
+                said = self.log_path.read_text(errors="replace")[log_start:]
+                if "(--internal-listen): Address already in use" in said:
+                    raise _InternalPortTaken(said)
                 raise RuntimeError(f"node {self.node_id} exited at start:\n{self.log_tail()}")
             time.sleep(0.01)
         self.kill()
