@@ -60,17 +60,18 @@ class LocalNode:
         """Spawn the node and return once it serves (its gRPC port is bound). An internal
         port picked here may be taken by another process before the node binds it (tests
         run side by side): then, at the first start only, another is picked (3 tries)."""
-        for attempt in range(3):
+        tries = 3
+        while True:
             picked = self._pick_internal and not self.internal_port
             if picked:
                 self.internal_port = free_port(self.host)
             try:
                 return self._spawn(timeout)
             except _InternalPortTaken:
-                if not picked or attempt == 2:
+                tries -= 1
+                if not picked or not tries:
                     raise
                 self.internal_port = 0
-        raise AssertionError("unreachable")
 
     def _spawn(self, timeout: float) -> LocalNode:
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
