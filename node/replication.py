@@ -34,6 +34,7 @@ import time
 from typing import TYPE_CHECKING
 
 import grpc
+from prometheus_client import Gauge
 
 from streamwal.errors import (
     ChannelFenced,
@@ -99,6 +100,8 @@ class Replication:
         # Follower side: each following stream's queue and its leader's node id.
         self._queues: dict[str, tuple[int, asyncio.Queue]] = {}
         self._beats = 0  # rotates the stream a heartbeat goes on
+        # (pchannel, follower node): its replica_acked and replica_lag gauges' children.
+        self._gauges: dict[tuple[str, int], tuple[Gauge, Gauge]] = {}
 
     # -- the cores' effects --------------------------------------------------------------
 
@@ -168,11 +171,24 @@ class Replication:
         role = ch.core.role
         m.role.labels(ch.name, "leader").set(int(isinstance(role, Leading)))
         m.role.labels(ch.name, "follower").set(int(isinstance(role, Following)))
-        if isinstance(role, Leading):
-            for node in role.follower_ids(self.node_id):
-                acked = role.acked.get(node, 0)
-                m.replica_acked.labels(ch.name, str(node)).set(acked)
-                m.replica_lag.labels(ch.name, str(node)).set(max(0, ch.committed_next - acked))
+        self._publish_acks(ch)
+
+    def _publish_acks(self, ch: Channel) -> None:
+        """Each follower's acknowledged end and lag, on every ack: through the gauges'
+        children kept here (looking them up by labels each time cost ~17 us an ack)."""
+        role = ch.core.role
+        if not isinstance(role, Leading):
+            return
+        m = self.wal.metrics
+        for node in role.follower_ids(self.node_id):
+            gauges = self._gauges.get((ch.name, node))
+            if gauges is None:
+                labels = (ch.name, str(node))
+                gauges = m.replica_acked.labels(*labels), m.replica_lag.labels(*labels)
+                self._gauges[(ch.name, node)] = gauges
+            acked = role.acked.get(node, 0)
+            gauges[0].set(acked)
+            gauges[1].set(max(0, ch.committed_next - acked))
 
     def lead(self, ch: Channel) -> None:
         """After an Assign: a new leader role gives its followers a lease from now to
@@ -249,7 +265,7 @@ class Replication:
         """A follower's ReplicaAck: it holds everything below `end` (of what was `sent`)."""
         self._lease(ch, role)[node] = self._node_heard[node] = time.monotonic()
         self.wal.effects(ch, ch.core.acked(node, role.term, end, sent))
-        self.publish(ch)
+        self._publish_acks(ch)  # an ack changes no role
 
     # -- follower side -----------------------------------------------------------------
 
