@@ -136,7 +136,7 @@ def batch(body: bytes, max_message_bytes: int) -> pb.MessageBatch:
 def may_hold_type(body: bytes) -> bool:
     """Whether a serialized message or batch may hold a `_t` property (False: it holds
     none, however its bytes are laid out)."""
-    return _TYPE_KEY.search(body) is not None
+    return b"_" in body and _TYPE_KEY.search(body) is not None  # `in`: a memchr, ~0.3 us
 
 
 def message(msg: pb.Message, max_message_bytes: int) -> None:
