@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 import grpc
 from prometheus_client import Gauge
 
+from streamwal import protowire
 from streamwal.errors import (
     ChannelFenced,
     Inner,
@@ -511,14 +512,15 @@ class _LeaderStream:
             self.position = base + records.peek(value)[2]
             self.window.append((self.position, len(value)))
             self.inflight += len(value)
+        # Serialized here (the stream's serializer passes bytes through): protobuf's own
+        # serializer page-faults on every large entry (protowire.log_entry).
+        term, commit = self.role.term, self.ch.known_commit
         if self.batched:
-            (base, first), rest = recs[0], recs[1:]
-            await self.context.write(
-                self._entry(offset=base, record=first, next_records=[v for _, v in rest])
-            )
+            values = [value for _, value in recs]
+            await self.context.write(protowire.log_entry(term, commit, recs[0][0], values))
         else:
             for base, value in recs:
-                await self.context.write(self._entry(offset=base, record=value))
+                await self.context.write(protowire.log_entry(term, commit, base, (value,)))
         return True
 
     async def _read_acks(self) -> StreamingError | None:

@@ -154,6 +154,30 @@ def test_produce_batch_frame_with_sequence_and_barrier_equals_protoc(
     assert frame == expected.SerializeToString(deterministic=True)
 
 
+@pytest.mark.parametrize(
+    ("term", "commit", "offset", "sizes"),
+    [
+        (1, 0, 0, [1]),
+        (3, 10**9, 2**40, [67_100]),
+        (2**63 - 1, 2**64 - 1, 2**62, [300, 0, 16_384, 70_000]),
+        (7, 5, 9, [0]),
+    ],
+)
+def test_a_leaders_log_entry_equals_protoc(
+    term: int, commit: int, offset: int, sizes: list[int]
+) -> None:
+    records = [_payload(size) for size in sizes]
+    entry = protowire.log_entry(term, commit, offset, records)
+    expected = pb.LogEntry(
+        term=term,
+        commit_offset=commit,
+        offset=offset,
+        record=records[0],
+        next_records=records[1:],
+    )
+    assert entry == expected.SerializeToString(deterministic=True)
+
+
 def test_a_payload_of_the_wrong_type_is_a_clear_error() -> None:
     with pytest.raises(TypeError, match=r"bytes, not str: encode it first, e\.g\. text\.encode"):
         encoding.encode_entry("text")  # type: ignore[arg-type]
