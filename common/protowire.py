@@ -55,9 +55,10 @@ def produce_batch_answer(
 def log_entry(term: int, commit_offset: int, offset: int, records: Sequence[bytes]) -> bytes:
     """A serialized LogEntry{offset, record: records[0], term, commit_offset, next_records:
     records[1:]}: what a leader streams to a follower, as protoc writes it (fields in
-    number order, zeros left out). upb's SerializeToString of an entry holding one 67 KB
-    record page-faulted on a fresh buffer every call (33 faults, ~100 us; two records:
-    83 faults, ~550 us); joined here, 2-4 us (docs/bench-repl20b.md)."""
+    number order, zeros left out), with one copy of the records: building and serializing
+    a LogEntry of 1 / 2 / 8 records of 67 KB took 6 / 13 / 81 us (and, until glibc's
+    dynamic mmap threshold had risen, 100-1,900 us in page faults); joined, 2.4 / 4 / 27 us
+    (docs/bench-repl20b.md)."""
     parts = [b"\x08", varint(offset)] if offset else []
     if records[0]:
         parts += (b"\x12", varint(len(records[0])), records[0])
