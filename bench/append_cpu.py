@@ -1,5 +1,5 @@
 """CPU per append of the node's Wal, in-process: the cost the load of a shared machine
-hardly moves (docs/benchmarks.md, "The Wal as the core's driver").
+hardly moves (docs/benchmarks.md, "CPU per message").
 
 A real Wal over a real LogStore, one pchannel; the group committer is bypassed (each
 append's group is prepared and committed at once on this thread, its write batch never

@@ -1,6 +1,6 @@
 """CPU per message of `streamwal bench node`'s phases, in the node process and in the
 client: what the load of a shared machine moves much less than the rates
-(docs/benchmarks.md, "The Wal as the core's driver").
+(docs/benchmarks.md, "CPU per message").
 
 One node process and this process as its client run bench node's workloads after the
 same warm-up: one-at-a-time sends, the pipelined produce run (4096-message frames, 8 in
