@@ -109,8 +109,15 @@ async def measure(messages: int, sends: int, size: int = 128) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--messages", type=int, default=600_000)
-    parser.add_argument("--sends", type=int, default=2000)
+    parser.add_argument(
+        "--messages",
+        type=int,
+        default=600_000,
+        help="Messages of the pipelined produce run (and of the catch-up read of it).",
+    )
+    parser.add_argument(
+        "--sends", type=int, default=2000, help="One-at-a-time sends (their CPU per send)."
+    )  # fmt: skip
     args = parser.parse_args()
     print(json.dumps(uvloop.run(measure(args.messages, args.sends))))
 
