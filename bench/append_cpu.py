@@ -69,8 +69,10 @@ async def measure(appends: int, repeat: int) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--appends", type=int, default=2000)
-    parser.add_argument("--repeat", type=int, default=25)
+    parser.add_argument("--appends", type=int, default=2000, help="Appends per round.")
+    parser.add_argument(
+        "--repeat", type=int, default=25, help="Rounds; the fastest one is reported."
+    )
     args = parser.parse_args()
     print(json.dumps(asyncio.run(measure(args.appends, args.repeat))))
 
