@@ -78,11 +78,27 @@ async def _run(system: Streamwal, plan: wl.Plan, producers: int) -> dict[str, fl
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--messages", type=int, default=300_000, help="per run")
-    parser.add_argument("--rounds", type=int, default=3, help="runs per producer count")
-    parser.add_argument("--replicas", type=int, default=3)
-    parser.add_argument("--producers", type=int, nargs="+", default=[1, 4])
+    parser.add_argument(
+        "--messages", type=int, default=300_000, help="Messages of each produce run."
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="Produce runs per producer count (median)."
+    )
+    parser.add_argument(
+        "--replicas", type=int, default=3, help="Node processes holding the pchannel (odd, > 1)."
+    )
+    parser.add_argument(
+        "--producers",
+        type=int,
+        nargs="+",
+        default=[1, 4],
+        help="Producer counts to run, each a client of its own (compare's x1 and x4).",
+    )
     args = parser.parse_args()
+    if args.replicas < 3 or args.replicas % 2 == 0:
+        parser.error(f"--replicas must be odd and at least 3, got {args.replicas}")
+    if args.messages < 1 or args.rounds < 1 or min(args.producers) < 1:
+        parser.error("--messages, --rounds and --producers must be at least 1")
     result = uvloop.run(measure(args.messages, args.rounds, args.replicas, tuple(args.producers)))
     print(json.dumps(result))
 
