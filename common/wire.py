@@ -40,6 +40,11 @@ def frame(kind: int, body: bytes) -> bytes:
     return _HEAD.pack(len(body), kind) + body
 
 
+def head(kind: int, length: int) -> bytes:
+    """The header of a frame whose body of `length` bytes is written after it."""
+    return _HEAD.pack(length, kind)
+
+
 def _check_head(length: int, kind: int, limit: int) -> None:
     if kind not in KINDS:
         raise FrameError(f"unknown frame kind {kind}")
