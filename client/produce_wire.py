@@ -93,7 +93,7 @@ class WireProduceCall(wire.FramedProtocol):
             self._take(*got)
         self.hold_reading(False)
 
-    def _take(self, kind: int, body: bytes) -> None:
+    def _take(self, kind: int, body: memoryview) -> None:
         try:
             if kind == wire.ERROR:
                 self._end(StreamingError.from_proto(pb.StreamingError.FromString(body)))
