@@ -1,6 +1,6 @@
 """CPU per message of `streamwal bench node`'s phases, in the node process and in the
 client: what the load of a shared machine moves much less than the rates
-(docs/benchmarks.md, "The Wal as the core's driver").
+(docs/benchmarks.md, "CPU per message").
 
 One node process and this process as its client run bench node's workloads after the
 same warm-up: one-at-a-time sends, the pipelined produce run (4096-message frames, 8 in
@@ -109,8 +109,15 @@ async def measure(messages: int, sends: int, size: int = 128) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--messages", type=int, default=600_000)
-    parser.add_argument("--sends", type=int, default=2000)
+    parser.add_argument(
+        "--messages",
+        type=int,
+        default=600_000,
+        help="Messages of the pipelined produce run (and of the catch-up read of it).",
+    )
+    parser.add_argument(
+        "--sends", type=int, default=2000, help="One-at-a-time sends (their CPU per send)."
+    )  # fmt: skip
     args = parser.parse_args()
     print(json.dumps(uvloop.run(measure(args.messages, args.sends))))
 
