@@ -38,7 +38,7 @@ def produce_batch_parts(
     A batch of large messages is then copied once, into the socket (a vectored write),
     instead of three or four times into new buffers: a copy into fresh memory costs
     ~3.5 µs per 4 KiB page on this kind of VM (page faults), which made joining and
-    wrapping a 256 KiB batch ~5.7 µs per 4 KiB message (docs/bench-large20.md).
+    wrapping a 256 KiB batch ~5.7 µs per 4 KiB message (docs/benchmarks.md, "Large messages").
     """
     size = sum(map(len, entries))
     head = b"\x08" + varint(request_id) + b"\x12" + varint(size)

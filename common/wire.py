@@ -95,7 +95,7 @@ class FrameCutter:
         The body is a view of the bytes received, not a copy: a frame is parsed from it
         at once (protobuf copies what it keeps). A 256 KiB frame of 4 KiB messages was
         copied twice here before (the rest of a chunk, then the body), into fresh memory
-        each time (docs/bench-large20.md)."""
+        each time (docs/benchmarks.md, "Large messages")."""
         if not self._have(HEAD_BYTES):
             return None
         length, kind = _HEAD.unpack_from(self._buf, self._pos)
