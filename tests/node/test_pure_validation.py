@@ -159,3 +159,18 @@ def test_txn_keepalive_bound() -> None:
     validation.txn_begin(pb.TxnBegin(keepalive_ms=600_000), 600_000)
     with pytest.raises(InvalidArgument, match="--txn-max-keepalive"):
         validation.txn_begin(pb.TxnBegin(keepalive_ms=2**64 - 1), 600_000)
+
+
+@pytest.mark.parametrize("code, refused", [("abc", True), ("1", False)])
+def test_a_batch_of_large_messages_is_walked_not_scanned(code: str, refused: bool) -> None:
+    """Over SCAN_MAX_BYTES_PER_MESSAGE a message on average, the properties are read
+    without the byte scan: a bad `_t` is refused all the same."""
+    big = pb.Message(payload=b"x" * 4096)
+    typed = pb.Message(payload=b"y" * 4096, properties={"_t": code})
+    body = pb.MessageBatch(messages=[big, big, typed]).SerializeToString()
+    assert len(body) > validation.SCAN_MAX_BYTES_PER_MESSAGE * 3
+    if refused:
+        with pytest.raises(InvalidArgument, match="message 2"):
+            validation.batch(body, 1 << 20)
+    else:
+        assert len(validation.batch(body, 1 << 20).messages) == 3
