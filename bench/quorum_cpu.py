@@ -1,6 +1,6 @@
 """CPU per acknowledged message on each process of a replicated pchannel, at the shape of
 `bench compare`'s streamwal_r3 produce runs: what a shared machine's load moves much less
-than the rate (docs/bench-repl20b.md).
+than the rate (docs/benchmarks.md, "Replicated path").
 
 Three processes and the client share this machine's cores, so a quorum append's rate is
 bound by the sum of their CPU per message. Here the leader, each follower and this process

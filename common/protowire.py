@@ -58,7 +58,7 @@ def log_entry(term: int, commit_offset: int, offset: int, records: Sequence[byte
     number order, zeros left out), with one copy of the records: building and serializing
     a LogEntry of 1 / 2 / 8 records of 67 KB took 6 / 13 / 81 us (and, until glibc's
     dynamic mmap threshold had risen, 100-1,900 us in page faults); joined, 2.4 / 4 / 27 us
-    (docs/bench-repl20b.md)."""
+    (docs/benchmarks.md, "Replicated path")."""
     parts = [b"\x08", varint(offset)] if offset else []
     if records[0]:
         parts += (b"\x12", varint(len(records[0])), records[0])
@@ -118,7 +118,7 @@ def encode_entries(payloads: Iterable[bytes], props_blob: bytes = b"") -> list[b
     """`encode_entry` of each payload, for a batch sharing its properties: the bytes before
     a payload depend only on its length, so they are made once per length and each entry
     is one concatenation (512 same-size payloads: ~3x less CPU than one encode_entry
-    each, which was most of a pipelining client's CPU; docs/bench-repl20b.md)."""
+    each, which was most of a pipelining client's CPU; docs/benchmarks.md, "Replicated path")."""
     heads: dict[int, bytes] = {}
     out = []
     for payload in payloads:

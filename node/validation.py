@@ -40,7 +40,7 @@ MAX_PRODUCER_ID = 128
 # or 0x00 ending an overlong form (0x82 0x00, ...). A body without that holds no `_t`.
 # The literal `_t` first lets `re` scan for it fast; the look-behind then runs only at
 # its hits. `_t` alone was found in ~63 % of 512-message batches of random 128-byte
-# payloads, and each hit walked every message (docs/bench-repl20b.md).
+# payloads, and each hit walked every message (docs/benchmarks.md, "Replicated path").
 _TYPE_KEY = re.compile(rb"_t(?<=[\x00\x02]_t)")
 # Scanning a body costs ~0.33 ns a byte, walking its messages' properties ~0.27 us a
 # message (timeit, 2026-11-27): a batch of larger messages is walked, not scanned (64

@@ -92,7 +92,7 @@ def test_node_cpu_prints_each_phases_cpu_per_message_as_json() -> None:
 
 @pytest.mark.timeout(120)
 def test_quorum_cpu_prints_each_processes_cpu_per_acknowledged_message_as_json() -> None:
-    """The RF=3 CPU-per-message measure (docs/bench-repl20b.md): three real nodes."""
+    """The RF=3 CPU-per-message measure (docs/benchmarks.md, "Replicated path"): 3 nodes."""
     result = last_json(
         sys.executable, "-m", "streamwal.bench.quorum_cpu",
         "--messages", "4096", "--rounds", "2", "--producers", "1", "4",
