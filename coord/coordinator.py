@@ -52,6 +52,7 @@ from streamwal.proto import streaming_pb2 as pb
 from streamwal.tasks import cancel_and_wait
 
 log = logging.getLogger("streamwal.coord")
+QUIET_RECHECK_S = 5.0  # a node's report is looked into at least this often (`_check`)
 # Every client of a pchannel reports the same error until the next round has acted on it:
 # logged once per pchannel, term and code, then with counts.
 _REPORTED = Repeats()
@@ -588,9 +589,10 @@ class Coordinator:
         """Ask the planner what `node`'s new report needs (`needs_action`), unless nothing
         that answer depends on changed since it last found nothing: the same records,
         the same pchannels served under the same terms, roles and health, and that
-        report begun after the executor's latest assignment. At 4,096 x 3 on 4 nodes
-        the walk over a node's 3,072 pchannels at every probe was two thirds of an
-        idle coord's CPU (docs/benchmarks.md, "Scale")."""
+        report begun after the executor's latest assignment; and at least every
+        QUIET_RECHECK_S all the same (a bound on what an input overlooked here could
+        cost). At 4,096 x 3 on 4 nodes the walk over a node's 3,072 pchannels at every
+        probe was two thirds of an idle coord's CPU (docs/benchmarks.md, "Scale")."""
         report = self.memory.reports[node]
         served = tuple(
             (s.pchannel.name, s.pchannel.term, s.role, s.data_loss, s.unhealthy)
@@ -602,7 +604,8 @@ class Coordinator:
             if (
                 version == self.records.version
                 and before == served
-                and (started > self.memory.touched_at)
+                and started > self.memory.touched_at
+                and report.started - started < QUIET_RECHECK_S
             ):
                 self._quiet[node] = quiet
                 return
