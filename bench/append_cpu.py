@@ -1,5 +1,5 @@
 """CPU per append of the node's Wal, in-process: the cost the load of a shared machine
-hardly moves (docs/benchmarks.md, "The Wal as the core's driver").
+hardly moves (docs/benchmarks.md, "CPU per message").
 
 A real Wal over a real LogStore, one pchannel; the group committer is bypassed (each
 append's group is prepared and committed at once on this thread, its write batch never
@@ -69,8 +69,10 @@ async def measure(appends: int, repeat: int) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--appends", type=int, default=2000)
-    parser.add_argument("--repeat", type=int, default=25)
+    parser.add_argument("--appends", type=int, default=2000, help="Appends per round.")
+    parser.add_argument(
+        "--repeat", type=int, default=25, help="Rounds; the fastest one is reported."
+    )
     args = parser.parse_args()
     print(json.dumps(asyncio.run(measure(args.appends, args.repeat))))
 

@@ -27,13 +27,28 @@ from pathlib import Path
 
 import click
 
+from streamwal.bench import stats
 from streamwal.client import encoding
 from streamwal.client.node_client import NodeClient, replica_set
 from streamwal.client.policy import DeliverPolicy
 from streamwal.testing.local_node import LocalNode
 
 PCHANNEL = "bench-0"
-BATCH = 4096  # messages per produce frame (about 0.5 MiB of 128-byte payloads)
+BATCH = 4096  # messages per produce frame (about 0.5 MiB of 128-byte payloads) ...
+FRAME_BYTES = 1024 * 1024  # ... or fewer: about this many payload bytes per frame at most
+WARM_UP_BYTES = 40_000 * 128  # payload bytes of the warm-up (40,000 messages of 128 B)
+
+
+def frame_messages(size: int) -> int:
+    """Messages per produce frame of `size`-byte payloads: BATCH, fewer large ones (4096
+    of 4 KiB would be a 16 MiB frame, over the node's default --max-frame-size)."""
+    return stats.batch_size(size, BATCH, FRAME_BYTES)
+
+
+async def warm_up(producer, size: int) -> None:
+    """Connections, code paths, RocksDB's memtable: WARM_UP_BYTES of payloads."""
+    per_frame = frame_messages(size)
+    await fill(producer, max(per_frame, WARM_UP_BYTES // max(1, size)), size, per_frame, 8)
 
 
 def _percentile(samples: list[float], q: float) -> float:
@@ -155,8 +170,7 @@ async def run(
             else:
                 await nc.assign(PCHANNEL, 1)
             producer = await nc.producer(PCHANNEL, 1)
-            # warm-up: connections, code paths, RocksDB memtable
-            await fill(producer, 40_000, size, BATCH, 8)
+            await warm_up(producer, size)
 
             # One-at-a-time latency on a settled node: RocksDB is not yet digesting the
             # throughput run below (flushes and compactions of ~0.5 GB share the 2 cores;
@@ -180,7 +194,7 @@ async def run(
             bulk_start = (await nc.collect_status()).channels[0].next_offset
 
             with tqdm(total=messages, desc="produce", unit="msg", file=sys.stderr) as bar:
-                secs = await fill(producer, messages, size, BATCH, 8, bar)
+                secs = await fill(producer, messages, size, frame_messages(size), 8, bar)
             result["produce_msgs"] = messages
             result["produce_msgs_per_s"] = round(messages / secs)
             result["produce_mb_per_s"] = round(messages * size / secs / 1e6, 1)
@@ -210,7 +224,8 @@ async def run(
                     unit="msg",
                     file=sys.stderr,
                 ) as bar:
-                    await fill(producer, restart_messages - have, size, BATCH, 8, bar)
+                    more = restart_messages - have
+                    await fill(producer, more, size, frame_messages(size), 8, bar)
             await producer.close()
             status = await nc.collect_status()
             result["restart_messages_on_disk"] = status.channels[0].next_offset
@@ -238,7 +253,13 @@ async def run(
 
 @click.command("node")
 @click.option("--quick", is_flag=True, help="A short run (< 30 s) for smoke checks.")
-@click.option("--size", default=128, show_default=True, help="Payload bytes.")
+@click.option(
+    "--size",
+    default=128,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Payload bytes (a produce frame holds 4096 messages, or about 1 MiB of larger ones).",
+)
 @click.option("--messages", default=None, type=int, help="Messages for the produce run.")
 @click.option(
     "--restart-messages", default=None, type=int, help="Messages on disk before the restart."

@@ -1,9 +1,9 @@
 """CPU per message of `streamwal bench node`'s phases, in the node process and in the
 client: what the load of a shared machine moves much less than the rates
-(docs/benchmarks.md, "The Wal as the core's driver").
+(docs/benchmarks.md, "CPU per message").
 
 One node process and this process as its client run bench node's workloads after the
-same warm-up: one-at-a-time sends, the pipelined produce run (4096-message frames, 8 in
+same warm-up: one-at-a-time sends, the pipelined produce run (bench node's frames, 8 in
 flight) and the catch-up read of that run. For each phase, divided by the messages: CPU
 time on all the node's threads (/proc/PID/task/*/schedstat, nanoseconds; Linux only), on
 its event-loop thread alone, of this process (`time.process_time`) and of its event-loop
@@ -11,7 +11,7 @@ thread; and the wall-clock rate, for reference only. Runs against any tree with 
 bench.node and LocalNode (an A/B against an older commit: that tree's python running
 this file by path). The last stdout line is one JSON object.
 
-Usage: python -m streamwal.bench.node_cpu [--messages N] [--sends N]
+Usage: python -m streamwal.bench.node_cpu [--messages N] [--sends N] [--size BYTES]
 """
 
 from __future__ import annotations
@@ -25,7 +25,14 @@ from pathlib import Path
 
 import uvloop
 
-from streamwal.bench.node import BATCH, PCHANNEL, consume_all, fill, one_at_a_time
+from streamwal.bench.node import (
+    PCHANNEL,
+    consume_all,
+    fill,
+    frame_messages,
+    one_at_a_time,
+    warm_up,
+)
 from streamwal.client.node_client import NodeClient
 from streamwal.testing.local_node import LocalNode
 
@@ -89,13 +96,13 @@ async def measure(messages: int, sends: int, size: int = 128) -> dict:
             async with NodeClient(node.address) as nc:
                 await nc.assign(PCHANNEL, 1)
                 producer = await nc.producer(PCHANNEL, 1)
-                await fill(producer, 40_000, size, BATCH, 8)  # bench node's warm-up
+                await warm_up(producer, size)  # bench node's
                 with Phase(pid) as one:
                     await one_at_a_time(producer, size, sends, "one at a time")
                 out["one_at_a_time_us_per_send"] = one.per_message(sends, 1e6)
                 start = (await nc.collect_status()).channels[0].next_offset
                 with Phase(pid) as produce:
-                    await fill(producer, messages, size, BATCH, 8)
+                    await fill(producer, messages, size, frame_messages(size), 8)
                 out["produce_ns_per_msg"] = produce.per_message(messages, 1e9)
                 end = (await nc.collect_status()).channels[0].next_offset
                 with Phase(pid) as consume:
@@ -109,10 +116,20 @@ async def measure(messages: int, sends: int, size: int = 128) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--messages", type=int, default=600_000)
-    parser.add_argument("--sends", type=int, default=2000)
+    parser.add_argument(
+        "--messages",
+        type=int,
+        default=600_000,
+        help="Messages of the pipelined produce run (and of the catch-up read of it).",
+    )
+    parser.add_argument(
+        "--sends", type=int, default=2000, help="One-at-a-time sends (their CPU per send)."
+    )  # fmt: skip
+    parser.add_argument("--size", type=int, default=128, help="Payload bytes (default 128).")
     args = parser.parse_args()
-    print(json.dumps(uvloop.run(measure(args.messages, args.sends))))
+    if args.size < 1:
+        parser.error("--size must be at least 1")
+    print(json.dumps(uvloop.run(measure(args.messages, args.sends, args.size))))
 
 
 if __name__ == "__main__":

@@ -135,7 +135,7 @@ async def serve(port: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--port", type=int, required=True, help="Loopback port to serve on.")
     import uvloop  # the node runs on uvloop too; the ceiling must not be handicapped
 
     uvloop.run(serve(parser.parse_args().port))

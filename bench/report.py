@@ -152,13 +152,29 @@ def _ratio_lines(systems: dict[str, dict]) -> list[str]:
     return ["ratios (>1x: streamwal ahead):", *out] if out else []
 
 
-def plot(systems: dict[str, dict], out: Path, title: str) -> Path:
-    """Two log-scale bar charts: throughput and latency per system (PNG, Agg backend)."""
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (files only: benchmarks run headless)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def save(fig, out: Path, title: str) -> Path:
+    """Title, lay out and write a figure as PNG (folders made), then free it."""
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    pyplot().close(fig)
+    return out
+
+
+def plot(systems: dict[str, dict], out: Path, title: str) -> Path:
+    """Two log-scale bar charts: throughput and latency per system (PNG, Agg backend)."""
+    plt = pyplot()
     names = [n for n, e in systems.items() if "error" not in e]
     big = max(
         int(k.split("B_")[0]) for e in systems.values() if "error" not in e for k in e["produce"]
@@ -201,9 +217,4 @@ def plot(systems: dict[str, dict], out: Path, title: str) -> Path:
         ax.legend(fontsize=8)
     axes[0].set_title("acknowledged throughput (higher is better)")
     axes[1].set_title("latency, open loop (lower is better)")
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+    return save(fig, out, title)

@@ -73,7 +73,7 @@ class ConsumedBatch(Sequence[ConsumedMessage]):
     then, so glibc's heap reuses the previous frame's memory for this one. Parsed after
     the previous frame was freed, every frame grew the heap and gave it back to the
     system (brk, then a page fault on each new page), which cost more CPU per message
-    than the parse (docs/benchmarks.md, "The Wal as the core's driver").
+    than the parse (docs/benchmarks.md, "CPU per message").
     """
 
     __slots__ = ("_frame", "_items", "_messages", "term")

@@ -5,8 +5,9 @@ produce port (client/produce_wire.py).
 serialized ProduceRequests (at once when the transport takes them without waiting, else
 awaiting room), hand every answer to a callback and the end once, say whether anything
 arrived (`heard`, for the liveness bounds), and close gracefully within a bound or at once.
-Both carry the same ProduceRequest / ProduceResponse messages, framed by `request_bytes`,
-so batching, sequence numbers, resends and the liveness checks are one code path.
+Both carry the same ProduceRequest / ProduceResponse messages, serialized by
+`request_parts` (a request as the byte strings to write one after another), so batching,
+sequence numbers, resends and the liveness checks are one code path.
 """
 
 from __future__ import annotations
@@ -34,18 +35,17 @@ OnEnd = Callable[[StreamingError | None], None]
 PING = pb.ProduceRequest(ping=pb.ProducePing()).SerializeToString()
 
 
-def request_bytes(op: Op) -> bytes:
-    """The serialized ProduceRequest of a dispatched ledger op."""
+def request_parts(op: Op) -> list[bytes]:
+    """The serialized ProduceRequest of a dispatched ledger op, as parts whose
+    concatenation it is (a batch's entries are parts, uncopied)."""
     if isinstance(op, Batch):
-        return encoding.produce_batch_frame(
-            op.request_id, b"".join(op.entries), op.sequence, op.barrier
-        )
+        return encoding.produce_batch_parts(op.request_id, op.entries, op.sequence, op.barrier)
     assert isinstance(op, TxnOp)
     request: pb.TxnRequest = op.request
     request.request_id = op.request_id
     if op.commit:
         request.commit.sequence = op.sequence
-    return pb.ProduceRequest(txn=request).SerializeToString()
+    return [pb.ProduceRequest(txn=request).SerializeToString()]
 
 
 class ProduceCall(Protocol):
@@ -63,10 +63,11 @@ class ProduceCall(Protocol):
         """Whether `write_now` may be used: the frame goes out at once, nothing before it."""
         ...
 
-    def write_now(self, request: bytes) -> None: ...
+    def write_now(self, request: list[bytes]) -> None: ...
 
-    async def write(self, request: bytes) -> None:
-        """Send one request, waiting while the transport holds too much already."""
+    async def write(self, request: list[bytes]) -> None:
+        """Send one request (`request_parts`), waiting while the transport holds too much
+        already."""
         ...
 
     async def close(self, timeout: float) -> None:
@@ -106,11 +107,11 @@ class GrpcProduceCall:
     def can_write_now(self) -> bool:
         return False  # grpc.aio writes through its own poller: always awaited
 
-    def write_now(self, request: bytes) -> None:
+    def write_now(self, request: list[bytes]) -> None:
         raise NotImplementedError("gRPC writes are awaited (can_write_now is False)")
 
-    async def write(self, request: bytes) -> None:
-        await self._call.write(request)
+    async def write(self, request: list[bytes]) -> None:
+        await self._call.write(b"".join(request))
 
     async def close(self, timeout: float) -> None:
         with contextlib.suppress(

@@ -31,7 +31,7 @@ from streamwal.client.produce_call import (
     PING,
     ProduceCall,
     open_grpc_call,
-    request_bytes,
+    request_parts,
     unavailable,
 )
 from streamwal.client.produce_ledger import Op, ProduceLedger
@@ -251,7 +251,7 @@ class Producer:
                 # Waking the sender task and then the caller cost a one-at-a-time
                 # producer two event-loop turns per message: write the frame here.
                 ledger.dispatch(time.monotonic())
-                self._call.write_now(request_bytes(batch))  # type: ignore[union-attr]
+                self._call.write_now(request_parts(batch))  # type: ignore[union-attr]
                 return Appended(*await waiter)  # its only message: no shield needed
             self._wake.set()
         base, tick = await asyncio.shield(batch.waiter)
@@ -324,7 +324,7 @@ class Producer:
             while self._error is None:
                 if self._ping_due:
                     self._ping_due = False
-                    await call.write(PING)
+                    await call.write([PING])
                     continue
                 op = ledger.dispatch(time.monotonic())
                 if op is None:
@@ -333,7 +333,7 @@ class Producer:
                     continue
                 self._writing = True
                 try:
-                    await call.write(request_bytes(op))
+                    await call.write(request_parts(op))
                 finally:
                     self._writing = False
         except asyncio.CancelledError:

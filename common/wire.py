@@ -40,6 +40,11 @@ def frame(kind: int, body: bytes) -> bytes:
     return _HEAD.pack(len(body), kind) + body
 
 
+def head(kind: int, length: int) -> bytes:
+    """The header of a frame whose body of `length` bytes is written after it."""
+    return _HEAD.pack(length, kind)
+
+
 def _check_head(length: int, kind: int, limit: int) -> None:
     if kind not in KINDS:
         raise FrameError(f"unknown frame kind {kind}")
@@ -80,12 +85,17 @@ class FrameCutter:
             return True
         if self.buffered() < n:
             return False
-        self._buf = b"".join([self._buf[self._pos :], *self._more])
+        self._buf = b"".join([memoryview(self._buf)[self._pos :], *self._more])
         self._pos, self._more, self._more_bytes = 0, [], 0
         return True
 
-    def next(self) -> tuple[int, bytes] | None:
-        """The next whole (kind, body), or None until more bytes arrive."""
+    def next(self) -> tuple[int, memoryview] | None:
+        """The next whole (kind, body), or None until more bytes arrive.
+
+        The body is a view of the bytes received, not a copy: a frame is parsed from it
+        at once (protobuf copies what it keeps). A 256 KiB frame of 4 KiB messages was
+        copied twice here before (the rest of a chunk, then the body), into fresh memory
+        each time (docs/benchmarks.md, "Large messages")."""
         if not self._have(HEAD_BYTES):
             return None
         length, kind = _HEAD.unpack_from(self._buf, self._pos)
@@ -94,7 +104,7 @@ class FrameCutter:
             return None
         start = self._pos + HEAD_BYTES
         self._pos = start + length
-        return kind, self._buf[start : self._pos]
+        return kind, memoryview(self._buf)[start : self._pos]
 
     def check_ended(self) -> None:
         """At the end of the stream: FrameError if it stopped inside a frame."""

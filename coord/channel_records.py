@@ -40,6 +40,7 @@ class ChannelRecords:
         self._held: dict[int, set[str]] = {}  # node -> pchannels whose records name it
         self._locks: dict[str, asyncio.Lock] = {}
         self._changed: set[str] = set()  # names set since the last `take_changed`
+        self.version = 0  # raised by every change of the view
 
     async def load(self, incarnation: int) -> None:
         """Read every record; a fresh hub publishes them under `incarnation`."""
@@ -100,6 +101,7 @@ class ChannelRecords:
     def _set(self, name: str, stored: Stored | None) -> None:
         """Replace the view's record of `name` (None: gone), keeping `held` in step."""
         self._changed.add(name)
+        self.version += 1
         old = self._stored.get(name)
         for node in held_by(old.record) if old is not None else ():
             names = self._held[node]

@@ -185,7 +185,7 @@ class Executor:
         if isinstance(step, sagas.Persist):
             await self.records.persist(name, step.record)
             if step.step == sm.Step.PERSIST_ASSIGNED:
-                self.memory.assigned_at[name] = self.clock()
+                self.memory.assigned_at[name] = self.memory.touched_at = self.clock()
             return None
         if isinstance(step, sagas.Remove):
             return await self._remove(step)
@@ -254,7 +254,8 @@ class Executor:
 
     async def _follower(self, step: sagas.Assign) -> bool:
         """Best effort: a follower that fails here rejoins on a later round."""
-        self.memory.rejoined_at[(step.name, step.node.server_id)] = self.clock()
+        now = self.memory.touched_at = self.clock()
+        self.memory.rejoined_at[(step.name, step.node.server_id)] = now
         error = await self._assign(step)
         if error is not None:
             _failed("follower assign failed", step.name, step.node.server_id, step.term, error)

@@ -49,6 +49,9 @@ class Memory:
     assigned_at: dict[str, float] = field(default_factory=dict)
     # When a member was last assigned as a follower on its own (rejoin, term change).
     rejoined_at: dict[tuple[str, int], float] = field(default_factory=dict)
+    # The latest of all assigned_at and rejoined_at: a probe begun before it may not
+    # show what was assigned (`needs_action` waits for one begun after).
+    touched_at: float = 0.0
     # The node an Assign of a single-replica pchannel last failed on: try another.
     failed_target: dict[str, int] = field(default_factory=dict)
     # The node holding a moving pchannel's records, from the start of a move to its end.

@@ -591,12 +591,18 @@ def missing_single(
     reports: Mapping[int, NodeReport],
     assigned_at: Mapping[str, float],
 ) -> set[str]:
-    """ASSIGNED pchannels whose live owner, probed after the assignment, does not serve them."""
+    """ASSIGNED pchannels whose live owner, probed after the assignment, does not serve them
+    at their term. Walks `metas` (a round's pchannels), not every node's report: a round
+    over what changed costs what changed (at 4,096 x 3, building every report's served
+    list each round was a third of an idle coord's CPU)."""
     out: set[str] = set()
-    for node, report in reports.items():
-        for name in sm.missing_channels(node, report.served(), metas):
-            if assigned_at.get(name, 0.0) < report.started:
-                out.add(name)
+    for name, meta in metas.items():
+        report = reports.get(meta.node.server_id) if meta.state == sm.ASSIGNED else None
+        if report is None or assigned_at.get(name, 0.0) >= report.started:
+            continue
+        status = report.channels.get(name)
+        if status is None or status.pchannel.term != meta.channel.term:
+            out.add(name)
     return out
 
 

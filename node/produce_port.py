@@ -43,7 +43,7 @@ def _answer_frame(response: Answer) -> bytes:
     return wire.frame(wire.PRODUCE_RESPONSE, body)
 
 
-def _request(kind: int, body: bytes) -> pb.ProduceRequest | Malformed:
+def _request(kind: int, body: memoryview) -> pb.ProduceRequest | Malformed:
     """A frame after the header as the gRPC handler would see it: parsed, or Malformed."""
     if kind != wire.PRODUCE_REQUEST:
         return Malformed("produce port", ValueError(f"frame kind {kind} after the header"))
@@ -159,7 +159,7 @@ class _Connection(wire.FramedProtocol, PushedRequests):
                 )
         self._flow()
 
-    def _take(self, kind: int, body: bytes) -> None:
+    def _take(self, kind: int, body: memoryview) -> None:
         self.progress += 1
         if self._stream is None:
             self._header.set_result((kind, body))

@@ -19,6 +19,7 @@ import click
 from streamwal import logs
 from streamwal.cli import ACCESS_FILE, LOG_LEVEL, SECONDS, Address, server_transport
 from streamwal.coord.liveness import DEFAULT_GRACE, DEFAULT_PROBE_INTERVAL
+from streamwal.operator.token_bucket import DEFAULT_BURST, DEFAULT_QPS
 from streamwal.tasks import cancel_and_wait
 
 if TYPE_CHECKING:  # kopf and kubernetes are optional (streamwal[kube]): imported when run
@@ -167,6 +168,22 @@ def _http_url(_ctx, _param, value: str | None) -> str | None:
     help="Seconds without an answer before a node is lost; also how long a pchannel that "
     "allows data loss waits for its only copy's node before moving without it.",
 )
+@click.option(
+    "--kube-api-qps",
+    default=DEFAULT_QPS,
+    show_default=True,
+    type=click.FloatRange(0.1, 10_000.0),
+    help="Kubernetes API requests per second of the PChannel status writes, reads and "
+    "Events, on average (a failover of N PChannels is about 3 N requests; the Lease's "
+    "renewals are not counted).",
+)
+@click.option(
+    "--kube-api-burst",
+    default=DEFAULT_BURST,
+    show_default=True,
+    type=click.IntRange(1, 100_000),
+    help="How many of those requests may go at once after a quiet spell.",
+)
 @ACCESS_FILE
 @LOG_LEVEL
 def operator(
@@ -183,6 +200,8 @@ def operator(
     liveness: str | None,
     probe_interval: float,
     grace: float,
+    kube_api_qps: float,
+    kube_api_burst: int,
     access_file: str | None,
     log_level: str,
 ) -> None:
@@ -218,6 +237,8 @@ def operator(
         probe_interval=probe_interval,
         grace=grace,
         security=security,
+        kube_api_qps=kube_api_qps,
+        kube_api_burst=kube_api_burst,
     )
     quiet_kopf()
     sys.exit(asyncio.run(run(cfg, lease, election, identity, liveness)))

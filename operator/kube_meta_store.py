@@ -13,25 +13,33 @@ Broadcast tasks are ConfigMaps of the same namespace, one per task
 precondition: a 409 is a `VersionConflict` (another operator replica wrote), so the
 broadcaster re-reads and decides again.
 
-The sync `kubernetes` client runs in worker threads; calls are few (one per state change
-and one list per resync), so this stays simple.
+The sync `kubernetes` client runs in the store's own worker threads (`KubeApi`), behind
+one request rate (`--kube-api-qps`, `--kube-api-burst`: a failover of N PChannels is about
+2 N status patches and N Events); a 429's Retry-After pauses every call, then the request
+is tried again. The Lease's renewals have a thread of their own (lease.py) and no rate:
+a burst of status writes never delays them. Cached objects keep only what the operator
+reads (name, uid, resourceVersion, generation, spec, status), not `managedFields`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from prometheus_client import CollectorRegistry, Counter
 
 from streamwal.coord.meta_store import MetaStore, Stored, StoredBroadcast, VersionConflict
 from streamwal.errors import InvalidArgument, Unavailable
 from streamwal.operator import status as st
+from streamwal.operator.token_bucket import DEFAULT_BURST, DEFAULT_QPS, Throttled, TokenBucket
 from streamwal.proto import broadcast_pb2 as bpb
 from streamwal.proto import coord_pb2 as cpb
 
@@ -68,6 +76,103 @@ def broadcast_from_config_map(cm: Any) -> StoredBroadcast:
     return StoredBroadcast(task, cm.metadata.resource_version)
 
 
+QUEUE_WAIT_S = 60.0  # a request that would wait longer for its slot fails (Unavailable)
+THROTTLED_TRIES = 4  # a request the server answers 429 is sent this many times at most
+RETRY_AFTER_MAX_S = 10.0
+API_THREADS = 4
+
+
+def _retry_after(err: ApiException) -> float:
+    """The 429's Retry-After in seconds (1 when absent or not a number), capped."""
+    try:
+        seconds = float((err.headers or {}).get("Retry-After", 1))
+    except (TypeError, ValueError):
+        seconds = 1.0
+    return min(max(seconds, 0.0), RETRY_AFTER_MAX_S)
+
+
+def _slim(obj: Obj) -> Obj:
+    """What the operator reads of a PChannel: `managedFields` alone is often larger than
+    the rest, and thousands of PChannels are cached."""
+    md = obj["metadata"]
+    keep = ("name", "uid", "resourceVersion", "generation")
+    return {
+        "metadata": {k: md[k] for k in keep if k in md},
+        "spec": obj.get("spec") or {},
+        "status": obj.get("status") or {},
+    }
+
+
+class KubeApi:
+    """Calls of the sync client in worker threads of their own, at a bounded rate,
+    counted by call and outcome (`streamwal_operator_kube_requests_total`)."""
+
+    def __init__(
+        self,
+        qps: float = DEFAULT_QPS,
+        burst: int = DEFAULT_BURST,
+        timeout: float = 10.0,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.bucket = TokenBucket(qps, burst, QUEUE_WAIT_S)
+        self.timeout = timeout
+        self._pool = ThreadPoolExecutor(API_THREADS, thread_name_prefix="kube-api")
+        self.requests = Counter(
+            "streamwal_operator_kube_requests_total",
+            "Kubernetes API requests of the operator's store and Events, by call and "
+            "outcome (ok, an HTTP status, unreachable, or dropped: an Event not sent for "
+            "want of a free slot).",
+            ["call", "outcome"],
+            registry=registry,
+        )
+        self.throttled = Counter(
+            "streamwal_operator_kube_throttled_seconds_total",
+            "Seconds requests waited for their slot (--kube-api-qps, --kube-api-burst, "
+            "and the server's Retry-After).",
+            registry=registry,
+        )
+
+    async def call(
+        self, fn: Callable[..., Any], *args: Any, droppable: bool = False, **kwargs: Any
+    ) -> Any:
+        """`fn(*args, **kwargs)` in a worker thread once the rate allows it. `droppable`
+        (Events): sent only if a slot is free at once, else Throttled (nothing sent)."""
+        loop = asyncio.get_running_loop()
+        name = getattr(fn, "__name__", "call")
+        for tries in range(1, THROTTLED_TRIES + 1):
+            if droppable:
+                if not self.bucket.take_now(time.monotonic()):
+                    self.requests.labels(name, "dropped").inc()
+                    raise Throttled(f"{name}: no free request slot (--kube-api-qps)")
+                wait = 0.0
+            else:
+                try:
+                    wait = self.bucket.reserve(time.monotonic())
+                except Throttled as err:
+                    raise Unavailable(f"Kubernetes API: {err}") from None
+            if wait > 0:
+                self.throttled.inc(wait)
+                await asyncio.sleep(wait)
+            work = functools.partial(fn, *args, _request_timeout=self.timeout, **kwargs)
+            try:
+                out = await loop.run_in_executor(self._pool, work)
+            except ApiException as err:
+                self.requests.labels(name, str(err.status)).inc()
+                if err.status == 429 and tries < THROTTLED_TRIES:
+                    self.bucket.pause(time.monotonic(), _retry_after(err))
+                    continue
+                raise
+            except Exception as err:  # connection refused, timeouts: the API is unreachable
+                self.requests.labels(name, "unreachable").inc()
+                raise Unavailable(f"Kubernetes API: {err}") from err
+            self.requests.labels(name, "ok").inc()
+            return out
+        raise AssertionError("unreachable: the last try raises")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
 class KubeMetaStore(MetaStore):
     """PChannel objects of one namespace; versions are their resourceVersions."""
 
@@ -76,14 +181,14 @@ class KubeMetaStore(MetaStore):
         api: client.ApiClient,
         namespace: str,
         live_nodes: Callable[[], int] = lambda: 0,
-        timeout: float = 10.0,
         on_condition: Callable[[str, Obj], None] | None = None,
+        calls: KubeApi | None = None,
     ) -> None:
         self.api = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
         self.namespace = namespace
         self.live_nodes = live_nodes
-        self.timeout = timeout
+        self.calls = calls or KubeApi()
         # Told (name, new Ready condition) when a written status changes the condition's
         # reason: the operator turns some into Events (NotEnoughNodes).
         self.on_condition = on_condition
@@ -96,16 +201,14 @@ class KubeMetaStore(MetaStore):
         self._cluster_version = 0
 
     async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        try:
-            return await asyncio.to_thread(fn, *args, _request_timeout=self.timeout, **kwargs)
-        except ApiException:
-            raise
-        except Exception as err:  # connection refused, timeouts: the API is unreachable
-            raise Unavailable(f"Kubernetes API: {err}") from err
+        return await self.calls.call(fn, *args, **kwargs)
+
+    async def close(self) -> None:
+        self.calls.close()
 
     def _stored(self, obj: Obj) -> Stored:
-        self.objects[obj["metadata"]["name"]] = obj
-        return Stored(st.record_from_object(obj), obj["metadata"]["resourceVersion"])
+        slim = self.objects[obj["metadata"]["name"]] = _slim(obj)
+        return Stored(st.record_from_object(slim), slim["metadata"]["resourceVersion"])
 
     async def list_channels(self) -> list[Stored]:
         listed = await self._call(

@@ -2,17 +2,21 @@
 
 Writes are replaces guarded by the read's resourceVersion (a create when the Lease does not
 exist), so two candidates never both win one round: the loser gets 409 and reads again.
-The sync `kubernetes` client runs in worker threads, each call bounded in time; while
-leading, a call never outlasts the renew deadline.
+The sync `kubernetes` client runs in a worker thread of the elector's own, each call
+bounded in time; while leading, a call never outlasts the renew deadline. A thread of its
+own: with the process's shared pool, a burst of status writes (a failover of thousands of
+PChannels) would queue the renewal behind them until the renew deadline passed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -73,6 +77,11 @@ class LeaseElector:
         self.clock = clock
         self._acquired = ""  # acquireTime of the held Lease, kept on renewals
         self._complained = 0.0
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="lease")
+
+    def _run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> asyncio.Future[Any]:
+        work = functools.partial(fn, *args, **kwargs)
+        return asyncio.get_running_loop().run_in_executor(self._thread, work)
 
     async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         cfg = self.election.config
@@ -81,7 +90,7 @@ class LeaseElector:
             left = self.election.renewed_at + cfg.renew_deadline - self.clock()
             timeout = max(0.1, min(timeout, left))
         return await asyncio.wait_for(
-            asyncio.to_thread(fn, *args, _request_timeout=timeout, **kwargs), timeout + 0.5
+            self._run(fn, *args, _request_timeout=timeout, **kwargs), timeout + 0.5
         )
 
     async def _read(self) -> bool:
@@ -191,7 +200,7 @@ class LeaseElector:
         body = self._body(None, 1, seen.transitions, self._acquired or now, now)
         body["metadata"]["resourceVersion"] = seen.version
         try:
-            await asyncio.to_thread(
+            await self._run(
                 self.api.replace_namespaced_lease, self.name, self.namespace, body,
                 _request_timeout=2.0,
             )  # fmt: skip

@@ -21,12 +21,14 @@ from prometheus_client import Gauge
 from streamwal.coord.coordinator import CoordConfig, Coordinator
 from streamwal.coord.liveness import DEFAULT_GRACE, DEFAULT_PROBE_INTERVAL
 from streamwal.coord.meta_store import VersionConflict
+from streamwal.coord.metrics import CoordMetrics
 from streamwal.coord.pinger import Pinger
 from streamwal.coord.server import serve_metrics, start_grpc
 from streamwal.errors import InvalidArgument, StreamingError
 from streamwal.operator import pods as podlib
 from streamwal.operator import status as st
-from streamwal.operator.kube_meta_store import GROUP, KIND, VERSION, KubeMetaStore
+from streamwal.operator.kube_meta_store import GROUP, KIND, VERSION, KubeApi, KubeMetaStore
+from streamwal.operator.token_bucket import DEFAULT_BURST, DEFAULT_QPS, Throttled
 from streamwal.tasks import cancel_and_wait
 from streamwal.transport import TransportConfig
 
@@ -52,6 +54,9 @@ class OperatorConfig:
     grace: float = DEFAULT_GRACE
     # The coord server's TLS and access rules (--access-file); None: STREAMWAL_TLS_*.
     security: TransportConfig | None = None
+    # The store's and Events' request rate against the API server (not the Lease's).
+    kube_api_qps: float = DEFAULT_QPS
+    kube_api_burst: int = DEFAULT_BURST
 
 
 def load_api() -> client.ApiClient:
@@ -74,13 +79,19 @@ class OperatorRuntime:
         self.cfg = cfg
         self.api = load_api()
         self.core = client.CoreV1Api(self.api)
+        metrics = CoordMetrics()
         self.store = KubeMetaStore(
-            self.api, cfg.namespace, live_nodes=self._live_count, on_condition=self._on_condition
+            self.api,
+            cfg.namespace,
+            live_nodes=self._live_count,
+            on_condition=self._on_condition,
+            calls=KubeApi(cfg.kube_api_qps, cfg.kube_api_burst, registry=metrics.registry),
         )
         config = CoordConfig(nodes={}, probe_interval=cfg.probe_interval, grace=cfg.grace)
         self.coord = Coordinator(
             self.store,
             config,
+            metrics=metrics,
             pinger=Pinger(config.probe_interval, config.max_loop_stall),
         )
         self.coord.listener = self._on_outcome
@@ -133,6 +144,7 @@ class OperatorRuntime:
         if self._server is not None:
             await self._server.stop(grace=1.0)
         await self.coord.stop()
+        await self.store.close()
         self.api.close()
 
     async def lead(self) -> None:
@@ -365,8 +377,10 @@ class OperatorRuntime:
             "count": 1,
         }
         try:
-            await asyncio.to_thread(
-                self.core.create_namespaced_event, self.cfg.namespace, body, _request_timeout=10
+            await self.store.calls.call(
+                self.core.create_namespaced_event, self.cfg.namespace, body, droppable=True
             )
+        except Throttled:  # counted (outcome "dropped"): status writes go first
+            return
         except Exception as err:  # an Event is informative; never let it break a round
             log.warning("event not posted", extra={"pchannel": name, "error": str(err)})

@@ -1,5 +1,5 @@
 """`streamwal bench scale` at its smallest, as scripts run it: real coord and node
-processes, one node killed, the simulator's run, one JSON object on stdout.
+processes, one node killed, the simulator's run, one JSON object on stdout, the plot.
 
 Not a timed test: the figures are read off the benchmark on a quiet machine
 (docs/benchmarks.md, "Scale"); here the run must complete, lose nothing acknowledged and
@@ -34,6 +34,8 @@ def test_bench_scale_fails_a_node_over_and_prints_json(tmp_path: Path) -> None:
     assert not case["sample_violations"], case
     idle = case["idle_node_cpu"]  # CPU s/s of each node with nothing produced
     assert len(idle) == 3 and all(c is not None and 0 <= c < 2 for c in idle), case
+    assert result["plot"] == "docs/benchmarks-scale.png"  # --out's default, from the cwd
+    assert (tmp_path / result["plot"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     sim = result["sim"]
     assert sim["pchannels"] == 40 and sim["its_pchannels"] > 0
     assert sim["failover_s"] <= sim["grace_s"] + 1.0, sim

@@ -34,13 +34,16 @@ async def test_producers_use_the_port_the_node_describes(node: LocalNode, client
     producer = await client.producer(pchannel, 1)
     assert _on_port(producer)
     sent = [b"m%d" % i for i in range(50)]
+    # and a batch of large messages, which goes out as its entries (a vectored write)
+    sent += [bytes([i]) * 4096 + b"m%d" % i for i in range(8)]
     offsets = [(await producer.send(p)).offset for p in sent[:10]]
-    offsets += [r.offset for r in await producer.send_many(sent[10:])]
+    offsets += [r.offset for r in await producer.send_many(sent[10:50])]
+    offsets += [r.offset for r in await producer.send_many(sent[50:])]
     await producer.close()
     # in order, once each (an idle time tick may take an offset before or between sends)
-    assert offsets == sorted(set(offsets)) and len(offsets) == 50
+    assert offsets == sorted(set(offsets)) and len(offsets) == 58
     consumer = await client.consumer(pchannel, 1, DeliverPolicy.all(), time_ticks=False)
-    got = await read_data(consumer, 50)
+    got = await read_data(consumer, 58)
     await consumer.close()
     assert [m.payload for m in got] == sent
 

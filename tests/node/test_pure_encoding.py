@@ -142,6 +142,17 @@ def test_produce_batch_frame_with_sequence_and_barrier_equals_protoc(
     assert frame == expected.SerializeToString(deterministic=True)
 
 
+@pytest.mark.parametrize(("sequence", "barrier"), [(0, 0), (3, 0), (0, 1), (9, 2**62 + 5)])
+def test_produce_batch_parts_are_the_frame_with_the_entries_uncopied(
+    sequence: int, barrier: int
+) -> None:
+    entries = [encoding.encode_entry(_payload(size)) for size in SIZES]
+    parts = encoding.produce_batch_parts(2**40, entries, sequence, barrier)
+    frame = encoding.produce_batch_frame(2**40, b"".join(entries), sequence, barrier)
+    assert b"".join(parts) == frame
+    assert all(a is b for a, b in zip(parts[1:], entries, strict=False))
+
+
 def test_a_payload_of_the_wrong_type_is_a_clear_error() -> None:
     with pytest.raises(TypeError, match=r"bytes, not str: encode it first, e\.g\. text\.encode"):
         encoding.encode_entry("text")  # type: ignore[arg-type]

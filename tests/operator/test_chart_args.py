@@ -9,6 +9,7 @@ import yaml
 
 from streamwal.coord.liveness import DEFAULT_GRACE, DEFAULT_PROBE_INTERVAL
 from streamwal.operator.cli import operator
+from streamwal.operator.token_bucket import DEFAULT_BURST, DEFAULT_QPS
 from tests.kube.conftest import CHART
 
 
@@ -38,6 +39,26 @@ def test_chart_operator_args_parse(kube_bin: Path) -> None:
     # The chart's failover values are the code's one default (longer than a pod restart).
     assert ctx.params["grace"] == DEFAULT_GRACE >= 20
     assert ctx.params["probe_interval"] == DEFAULT_PROBE_INTERVAL
+    # The request rate against the API server: the chart's values are the code's defaults.
+    assert (ctx.params["kube_api_qps"], ctx.params["kube_api_burst"]) == (
+        DEFAULT_QPS,
+        DEFAULT_BURST,
+    )
+
+
+def test_chart_kube_api_values_reach_the_operator(kube_bin: Path) -> None:
+    sets = ["--set", "operator.kubeApi.qps=20", "--set", "operator.kubeApi.burst=3"]
+    rendered = _template(kube_bin, *sets).stdout
+    (deployment,) = [
+        d
+        for d in yaml.safe_load_all(rendered)
+        if d and d["kind"] == "Deployment" and d["metadata"]["name"].endswith("operator")
+    ]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    ctx = operator.make_context("operator", [a.replace("$(POD_NAMESPACE)", "x") for a in args[1:]])
+    assert (ctx.params["kube_api_qps"], ctx.params["kube_api_burst"]) == (20, 3)
+    refused = _template(kube_bin, "--set", "operator.kubeApi.burst=0", check=False)
+    assert refused.returncode != 0 and "/operator/kubeApi/burst" in refused.stderr
 
 
 def test_chart_failover_values_reach_operator_and_coord(kube_bin: Path) -> None:
