@@ -269,6 +269,8 @@ class Journal:
         if gen != generation:
             raise Corrupt(f"{path}: holds generation {gen}, not {generation}")
         base_end = _HEADER.size + base
+        if len(data) < base_end:  # cut at a frame's end inside it: no torn frame says so
+            raise Corrupt(f"{path}: its snapshot is cut short ({len(data)} of {base_end} bytes)")
         fd = os.open(path, os.O_WRONLY)
         journal = cls(directory, generation, fd, len(data))
         try:

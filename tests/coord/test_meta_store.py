@@ -192,6 +192,18 @@ async def test_compaction_starts_a_generation_and_keeps_every_record(tmp_path, m
     assert (tmp_path / "CURRENT").read_bytes() != current
 
 
+async def test_a_snapshot_cut_short_is_reported_not_guessed(tmp_path):
+    """The snapshot is synced before its journal is live: a journal shorter than its
+    header says is damage, even when cut exactly at a frame's end."""
+    for i in range(2):
+        legacy_file(tmp_path / "channels" / f"ch_{i}.rec", 1, record(f"ch_{i}").SerializeToString())
+    await LocalMetaStore(tmp_path).close()  # migrated: the records are journal.1's snapshot
+    path = journal(tmp_path)
+    path.write_bytes(path.read_bytes()[:24])  # the header alone
+    with pytest.raises(CorruptRecord, match="cut short"):
+        LocalMetaStore(tmp_path)
+
+
 def legacy_file(path: Path, version: int, payload: bytes) -> None:
     """A record file of the earlier format (SWM1 | version | crc32 | protobuf)."""
     path.parent.mkdir(parents=True, exist_ok=True)
