@@ -22,6 +22,7 @@ from streamwal.coord.meta_store import (
     CorruptRecord,
     LocalMetaStore,
     MetaStoreBusy,
+    MetaStoreUnwritable,
     MissingRecords,
     VersionConflict,
 )
@@ -250,6 +251,23 @@ async def test_a_record_over_the_limit_is_refused_and_the_store_goes_on(tmp_path
     store = LocalMetaStore(tmp_path)
     assert [s.name for s in await store.list_channels()] == ["small"]
     await store.close()
+
+
+async def test_a_full_journal_refuses_puts_and_keeps_what_it_has(tmp_path, monkeypatch):
+    """Past MAX_JOURNAL (live data too large to compact under it) a put is refused as
+    unwritable, nothing of it written; what was written before reads back."""
+    monkeypatch.setattr(mj, "MAX_JOURNAL", 4096)
+    monkeypatch.setattr(mj, "COMPACT_SLACK", 1 << 20)  # no compaction in this test
+    store = LocalMetaStore(tmp_path)
+    terms = {}
+    with pytest.raises(MetaStoreUnwritable, match="would pass 4096 bytes"):
+        for term in range(1, 1000):
+            await put_each(store, ["ch_0"], term)
+            terms["ch_0"] = term
+    await store.close()
+    again = LocalMetaStore(tmp_path)
+    assert [s.record.meta.channel.term for s in await again.list_channels()] == [terms["ch_0"]]
+    await again.close()
 
 
 def test_kill_9_while_writing_leaves_whole_records(tmp_path):
