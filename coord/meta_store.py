@@ -84,7 +84,7 @@ class MissingRecords(StreamingError):
 
 
 def check_name(name: str) -> str:
-    """Pchannel names become file names and Kubernetes object names: keep them plain."""
+    """Pchannel names become journal keys and Kubernetes object names: keep them plain."""
     if not _NAME.match(name):
         raise InvalidArgument(
             f"invalid pchannel name {name!r}: use letters, digits, '_', '.', '-' (max 200)"
@@ -218,9 +218,9 @@ def _copy_task(task: bpb.BroadcastTask) -> bpb.BroadcastTask:
 class MemoryMetaStore(MetaStore):
     """The store's rules in memory: versions, compare-and-put, copies in and out.
 
-    `LocalMetaStore` adds the files (each put durable before it returns); the simulator
+    `LocalMetaStore` adds the journal (each put durable before it returns); the simulator
     and tests that need no disk use it as it is (a coord "crash" keeps it: every put that
-    returned is there, as with the files)."""
+    returned is there, as with the journal)."""
 
     def __init__(self) -> None:
         self._mutex = asyncio.Lock()  # the cluster record and broadcasts
@@ -250,7 +250,7 @@ class MemoryMetaStore(MetaStore):
 
     async def put_channel(self, record: cpb.ChannelRecord, expected: str | None) -> Stored:
         name = check_name(record.meta.channel.name)
-        # Puts of different pchannels run together (the file store writes them in one
+        # Puts of different pchannels run together (the journal writes them in one
         # flush); two puts of one pchannel are ordered by its lock.
         async with self._locks.setdefault(name, asyncio.Lock()):
             found = self._channels.get(name)
