@@ -45,6 +45,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from streamwal.files import fsync_dir
+
 log = logging.getLogger("streamwal.coord.meta_store")
 
 CURRENT = "CURRENT"
@@ -141,14 +143,6 @@ def _frame_at(data: bytes, pos: int) -> tuple[bytes | None, int | None]:
         return None, end
     body = data[pos + _FRAME.size : end]
     return (body if zlib.crc32(body) == crc else None), end
-
-
-def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _write_atomically(path: Path, parts: Iterable[bytes]) -> None:

@@ -38,6 +38,7 @@ from google.protobuf.message import DecodeError
 
 from streamwal.coord import meta_journal as mj
 from streamwal.errors import Code, InvalidArgument, StreamingError
+from streamwal.files import fsync_dir
 from streamwal.proto import broadcast_pb2 as bpb
 from streamwal.proto import coord_pb2 as cpb
 
@@ -354,7 +355,7 @@ class LocalMetaStore(MemoryMetaStore):
             else:
                 path.unlink()
         if legacy:
-            mj.fsync_dir(self.dir)
+            fsync_dir(self.dir)
         return journal
 
     def _load(self) -> None:

@@ -34,6 +34,8 @@ import struct
 import zlib
 from pathlib import Path
 
+from streamwal.files import fsync_dir
+
 SLOT = 256
 MAX_NAME = 200
 FILE_NAME = "streamwal-acked"
@@ -55,7 +57,7 @@ class AckLedger:
         self.existed = self.path.exists()
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         if not self.existed:
-            _fsync_dir(self.path.parent)
+            fsync_dir(self.path.parent)
         size = os.fstat(self._fd).st_size
         if size % SLOT:
             raise LedgerError(f"{self.path}: size {size} is not a multiple of {SLOT}")
@@ -177,11 +179,3 @@ class AckLedger:
             self._map.close()
             self._map = None
         os.close(self._fd)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
