@@ -168,6 +168,11 @@ class Streamwal:
         """The process that answers producers: node 1, the leader with replicas."""
         return self._servers[0].pid
 
+    @property
+    def pids(self) -> list[int]:
+        """Every node process, the leader first."""
+        return [server.pid for server in self._servers]
+
     async def stop(self) -> None:
         for admin in self._admin or ():
             with contextlib.suppress(Exception):

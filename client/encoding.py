@@ -9,10 +9,17 @@ write them too); the client's frames around them here.
 
 from __future__ import annotations
 
-from streamwal.protowire import encode_entry, encode_properties, message_properties, varint
+from streamwal.protowire import (
+    encode_entries,
+    encode_entry,
+    encode_properties,
+    message_properties,
+    varint,
+)
 
 __all__ = [
     "close_frame",
+    "encode_entries",
     "encode_entry",
     "encode_properties",
     "message_properties",

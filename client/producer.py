@@ -269,7 +269,7 @@ class Producer:
         """Append all payloads as one atomic batch (same vchannel, type and properties);
         their ticks are above `barrier_time_tick`."""
         blob = self._props(vchannel, msg_type, properties)
-        entries = [encoding.encode_entry(p, blob) for p in payloads]
+        entries = encoding.encode_entries(payloads, blob)
         if not entries:
             return []
         base, tick = await self.send_batch(entries, barrier_time_tick)

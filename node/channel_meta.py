@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 
 
-@dataclass
+@dataclass(frozen=True)
 class ChannelMeta:
-    """What survives a restart of a pchannel besides its records."""
+    """What survives a restart of a pchannel besides its records.
+
+    Frozen (changed only by `dataclasses.replace`), so its encoding is made once: a
+    follower writes the meta with every batch it applies, nearly always unchanged."""
 
     term: int = 0
     serving: bool = False
@@ -21,6 +25,10 @@ class ChannelMeta:
     assigned_term: int = 0
 
     def to_bytes(self) -> bytes:
+        return self._encoded
+
+    @cached_property
+    def _encoded(self) -> bytes:
         return json.dumps(
             {
                 "term": self.term,

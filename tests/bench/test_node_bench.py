@@ -88,3 +88,23 @@ def test_node_cpu_prints_each_phases_cpu_per_message_as_json() -> None:
         assert 0 < phase["node_loop"] <= phase["node"], result
         assert 0 < phase["client_loop"] <= phase["client"], result
         assert phase["msgs_per_s"] > 0
+
+
+@pytest.mark.timeout(120)
+def test_quorum_cpu_prints_each_processes_cpu_per_acknowledged_message_as_json() -> None:
+    """The RF=3 CPU-per-message measure (docs/benchmarks.md, "Replicated path"): 3 nodes."""
+    result = last_json(
+        sys.executable, "-m", "streamwal.bench.quorum_cpu",
+        "--messages", "4096", "--rounds", "2", "--producers", "1", "4",
+    )  # fmt: skip
+    assert result["replicas"] == 3 and "quorum" in result["durability"]
+    for shape in ("x1", "x4"):
+        assert len(result[shape]["rounds"]) == 2
+        median = result[shape]["median"]
+        for node in ("leader", "follower1", "follower2"):
+            # every node works for each message; its threads include its event loop
+            assert 0 < median[f"{node}_loop_ns"] <= median[f"{node}_ns"], result
+        assert median["client_ns"] > 0 and median["msgs_per_s"] > 0
+        for r in result[shape]["rounds"]:
+            parts = ("leader_ns", "follower1_ns", "follower2_ns", "client_ns")
+            assert r["total_ns"] == sum(r[k] for k in parts), r

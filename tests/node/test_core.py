@@ -378,7 +378,7 @@ def test_invariants_are_asserted() -> None:
     with pytest.raises(InvariantBroken, match="commit went back"):
         c.check()
     d = assigned(5)
-    d.meta.term = 4
+    d.meta = replace(d.meta, term=4)
     with pytest.raises(InvariantBroken, match="term went back"):
         d.check()
     e = assigned(1)

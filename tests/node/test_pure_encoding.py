@@ -79,6 +79,18 @@ def test_entry_equals_protoc(size: int, props: dict[str, str]) -> None:
     assert parsed.payload == payload and dict(parsed.properties) == props
 
 
+@pytest.mark.parametrize("props", PROPS, ids=range(len(PROPS)))
+def test_a_batchs_entries_equal_protoc(props: dict[str, str]) -> None:
+    """encode_entries: sizes repeated (their heads made once) and mixed, bytes-likes."""
+    payloads: list = [_payload(size) for size in [*SIZES, *SIZES]]
+    payloads += [bytearray(b"ba"), memoryview(b"mv"), _payload(1), b""]
+    body = b"".join(encoding.encode_entries(payloads, encoding.encode_properties(props)))
+    expected = pb.MessageBatch(
+        messages=[pb.Message(payload=bytes(p), properties=props) for p in payloads]
+    )
+    assert body == expected.SerializeToString(deterministic=True)
+
+
 @pytest.mark.parametrize("request_id", [1, 127, 200, 2**40])
 def test_produce_batch_frame_equals_protoc(request_id: int) -> None:
     messages = [
@@ -142,6 +154,30 @@ def test_produce_batch_frame_with_sequence_and_barrier_equals_protoc(
     assert frame == expected.SerializeToString(deterministic=True)
 
 
+@pytest.mark.parametrize(
+    ("term", "commit", "offset", "sizes"),
+    [
+        (1, 0, 0, [1]),
+        (3, 10**9, 2**40, [67_100]),
+        (2**63 - 1, 2**64 - 1, 2**62, [300, 0, 16_384, 70_000]),
+        (7, 5, 9, [0]),
+    ],
+)
+def test_a_leaders_log_entry_equals_protoc(
+    term: int, commit: int, offset: int, sizes: list[int]
+) -> None:
+    records = [_payload(size) for size in sizes]
+    entry = protowire.log_entry(term, commit, offset, records)
+    expected = pb.LogEntry(
+        term=term,
+        commit_offset=commit,
+        offset=offset,
+        record=records[0],
+        next_records=records[1:],
+    )
+    assert entry == expected.SerializeToString(deterministic=True)
+
+
 @pytest.mark.parametrize(("sequence", "barrier"), [(0, 0), (3, 0), (0, 1), (9, 2**62 + 5)])
 def test_produce_batch_parts_are_the_frame_with_the_entries_uncopied(
     sequence: int, barrier: int
@@ -159,3 +195,5 @@ def test_a_payload_of_the_wrong_type_is_a_clear_error() -> None:
     with pytest.raises(TypeError, match="bytes, not int"):
         encoding.encode_entry(7)  # type: ignore[arg-type]
     assert encoding.encode_entry(bytearray(b"ok")) == encoding.encode_entry(b"ok")
+    with pytest.raises(TypeError, match=r"bytes, not str: encode it first"):
+        encoding.encode_entries([b"ok", "text"])  # type: ignore[list-item]

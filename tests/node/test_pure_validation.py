@@ -46,6 +46,8 @@ def _value(text: bytes) -> bytes:
         # here sees a `_t` in it (kept verbatim; docs/decisions-edge.md).
         (_entry(b"\x1a\x02\x12\x08", KEY, _value(b"12"), _value(b"abc")), False),
         (_entry(b"\n\x82\x00_t", _value(b"abc")), True),  # an overlong key length
+        (_entry(b"\n\x82\x80\x80\x00_t", _value(b"abc")), True),  # ... longer still
+        (_entry(b"\x8a\x00\x02_t", _value(b"abc")), True),  # an overlong key tag
         (_entry(KEY), False),  # no value: empty, which means Insert
         (
             encoding.encode_entry(b"a", encoding.encode_properties({"_t": "1200"}))
@@ -65,6 +67,8 @@ def _value(text: bytes) -> bytes:
         "second-value",
         "unknown-field",
         "overlong-key",
+        "overlong-key-4",
+        "overlong-tag",
         "no-value",
         "second-message",
     ],
@@ -76,11 +80,20 @@ def test_a_batch_with_a_bad_type_is_refused_however_it_is_encoded(
     assert (
         any(not validation.is_msg_type(m.properties.get("_t")) for m in parsed.messages) == refused
     )
+    if any("_t" in m.properties for m in parsed.messages):
+        assert validation.may_hold_type(body)  # the pre-filter misses no `_t` key
     if refused:
         with pytest.raises(InvalidArgument, match="property _t is"):
             validation.batch(body, 1 << 20)
     else:
         assert len(validation.batch(body, 1 << 20).messages) == len(parsed.messages)
+
+
+@pytest.mark.parametrize("payload", [b"_tx", b"x_t", b"\x12_t_t", b"\x01_t", b"\x03_t"], ids=repr)
+def test_a_payload_holding_underscore_t_is_not_taken_for_a_type_key(payload: bytes) -> None:
+    """The bytes `_t` after anything but a length of 2: no batch walk (random payloads
+    hold `_t` in most 64 KB batches)."""
+    assert not validation.may_hold_type(encoding.encode_entry(payload))
 
 
 @pytest.mark.parametrize(
@@ -146,3 +159,18 @@ def test_txn_keepalive_bound() -> None:
     validation.txn_begin(pb.TxnBegin(keepalive_ms=600_000), 600_000)
     with pytest.raises(InvalidArgument, match="--txn-max-keepalive"):
         validation.txn_begin(pb.TxnBegin(keepalive_ms=2**64 - 1), 600_000)
+
+
+@pytest.mark.parametrize("code, refused", [("abc", True), ("1", False)])
+def test_a_batch_of_large_messages_is_walked_not_scanned(code: str, refused: bool) -> None:
+    """Over SCAN_MAX_BYTES_PER_MESSAGE a message on average, the properties are read
+    without the byte scan: a bad `_t` is refused all the same."""
+    big = pb.Message(payload=b"x" * 4096)
+    typed = pb.Message(payload=b"y" * 4096, properties={"_t": code})
+    body = pb.MessageBatch(messages=[big, big, typed]).SerializeToString()
+    assert len(body) > validation.SCAN_MAX_BYTES_PER_MESSAGE * 3
+    if refused:
+        with pytest.raises(InvalidArgument, match="message 2"):
+            validation.batch(body, 1 << 20)
+    else:
+        assert len(validation.batch(body, 1 << 20).messages) == 3

@@ -1,0 +1,107 @@
+"""CPU per acknowledged message on each process of a replicated pchannel, at the shape of
+`bench compare`'s streamwal_r3 produce runs: what a shared machine's load moves much less
+than the rate (docs/benchmarks.md, "Replicated path").
+
+Three processes and the client share this machine's cores, so a quorum append's rate is
+bound by the sum of their CPU per message. Here the leader, each follower and this process
+as the client are measured apart: compare's system (node processes started as a user
+would, idempotent producers acknowledged at QUORUM) and its produce workload (128-byte
+payloads in 512-message batches, 2 in flight per producer), `--rounds` runs per producer
+count after one warm-up run. For each run, divided by its acknowledged messages: CPU time
+on all of a node's threads and on its event-loop thread alone (/proc/PID/task/*/schedstat,
+nanoseconds; Linux only), this process's (`time.process_time`), and the rate for
+reference. The last stdout line is one JSON object: per producer count, the median of each
+figure over the rounds and every round.
+
+Usage: python -m streamwal.bench.quorum_cpu [--messages N] [--rounds R] [--replicas N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import uvloop
+
+from streamwal.bench import workloads as wl
+from streamwal.bench.node_cpu import node_cpu
+from streamwal.bench.sys_streamwal import Streamwal
+
+STREAM = "quorum-cpu"
+SIZE = 128
+
+
+async def measure(messages: int, rounds: int, replicas: int, producers: tuple[int, ...]) -> dict:
+    system = Streamwal(replicas=replicas)
+    out: dict = {"replicas": replicas, "size": SIZE, "durability": ""}
+    with tempfile.TemporaryDirectory(prefix="quorum-cpu-") as tmp:
+        await system.start(Path(tmp))
+        try:
+            out["durability"] = system.durability
+            await system.create_stream(STREAM)
+            warm = wl.Plan(produce_count=20_000, produce_seconds=2.0)
+            await wl.produce_throughput(system, STREAM, warm, SIZE, 1)
+            plan = wl.Plan(produce_count=messages, produce_seconds=30.0)
+            for count in producers:
+                runs = [await _run(system, plan, count) for _ in range(rounds)]
+                out[f"x{count}"] = {
+                    "median": {k: statistics.median(r[k] for r in runs) for k in runs[0]},
+                    "rounds": runs,
+                }
+        finally:
+            await system.stop()
+    return out
+
+
+async def _run(system: Streamwal, plan: wl.Plan, producers: int) -> dict[str, float]:
+    """One produce run: ns of CPU per acknowledged message of each process."""
+    pids = system.pids
+    before = [node_cpu(pid) for pid in pids]
+    client = time.process_time()
+    result = await wl.produce_throughput(system, STREAM, plan, SIZE, producers)
+    client = time.process_time() - client
+    after = [node_cpu(pid) for pid in pids]
+    n = result["count"]
+    row = {"msgs_per_s": round(result["msgs_per_s"])}
+    for i, (b, a) in enumerate(zip(before, after, strict=True)):
+        name = "leader" if i == 0 else f"follower{i}"
+        row[f"{name}_ns"] = round((a[0] - b[0]) / n * 1e9)
+        row[f"{name}_loop_ns"] = round((a[1] - b[1]) / n * 1e9)
+    row["client_ns"] = round(client / n * 1e9)
+    row["total_ns"] = sum(v for k, v in row.items() if k.endswith("_ns") and "_loop" not in k)
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--messages", type=int, default=300_000, help="Messages of each produce run."
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="Produce runs per producer count (median)."
+    )
+    parser.add_argument(
+        "--replicas", type=int, default=3, help="Node processes holding the pchannel (odd, > 1)."
+    )
+    parser.add_argument(
+        "--producers",
+        type=int,
+        nargs="+",
+        default=[1, 4],
+        help="Producer counts to run, each a client of its own (compare's x1 and x4).",
+    )
+    args = parser.parse_args()
+    if args.replicas < 3 or args.replicas % 2 == 0:
+        parser.error(f"--replicas must be odd and at least 3, got {args.replicas}")
+    if args.messages < 1 or args.rounds < 1 or min(args.producers) < 1:
+        parser.error("--messages, --rounds and --producers must be at least 1")
+    result = uvloop.run(measure(args.messages, args.rounds, args.replicas, tuple(args.producers)))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
