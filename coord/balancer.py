@@ -37,11 +37,19 @@ def choose_node(
     placement: Mapping[str, int], live: Iterable[int], drained: Iterable[int]
 ) -> int | None:
     """The least loaded eligible node for one new channel, None when there is none."""
+    return least_loaded(loads(placement, ()), live, drained)
+
+
+def least_loaded(
+    load: Mapping[int, int], live: Iterable[int], drained: Iterable[int]
+) -> int | None:
+    """`choose_node` from counts kept by the caller: placing many channels one after the
+    other counts each into `load` instead of recounting every placement (4,096 counted
+    per pchannel of a 1,024-pchannel failover were a third of a second, issue 24)."""
     candidates = eligible(live, drained)
     if not candidates:
         return None
-    load = loads(placement, candidates)
-    return min(candidates, key=lambda n: (load[n], n))
+    return min(candidates, key=lambda n: (load.get(n, 0), n))
 
 
 def place(
@@ -55,14 +63,18 @@ def place(
     Channels with no eligible node are left out (the caller marks them UNAVAILABLE).
     """
     current = dict(placement)
+    load = loads(current, ())
     out: dict[str, int] = {}
     live, drained = list(live), list(drained)
     for channel in sorted(channels):
-        current.pop(channel, None)
-        node = choose_node(current, live, drained)
+        old = current.pop(channel, None)
+        if old is not None:
+            load[old] -= 1
+        node = least_loaded(load, live, drained)
         if node is None:
             continue
         out[channel] = current[channel] = node
+        load[node] = load.get(node, 0) + 1
     return out
 
 

@@ -115,8 +115,9 @@ class _Nodes(click.ParamType):
 @click.option(
     "--forget-missing-meta",
     is_flag=True,
-    help="Start even though pchannel records the meta store once had are gone (deleted "
-    "files): those pchannels are dropped for good. Without it the coord refuses to start.",
+    help="Start even though pchannel records the meta store once had are gone (its live "
+    "journal deleted, or record files of the earlier format): those pchannels are dropped "
+    "for good. Without it the coord refuses to start.",
 )
 @ACCESS_FILE
 @LOG_LEVEL

@@ -2,50 +2,54 @@
 
 Every write is a compare-and-put on an opaque version string, so two writers can never
 silently overwrite each other. The Kubernetes implementation (PChannel status guarded by
-`resourceVersion`) plugs in behind the same interface; the local one keeps one file per
-pchannel in a directory:
+`resourceVersion`) plugs in behind the same interface. The local one is a journal in a
+directory (coord/meta_journal.py: the file format, crash repair, compaction):
 
-    DIR/LOCK                 flock'ed by the one coord using the directory
-    DIR/manifest.rec         the name of every pchannel record ever written (ChannelManifest)
-    DIR/cluster.rec          ClusterRecord (incarnation, drained nodes)
-    DIR/channels/NAME.rec    ChannelRecord (the seed's PChannelMeta, owner, tombstone)
-    DIR/broadcasts/ID.rec    BroadcastTask (a broadcast's message, targets and progress)
+    DIR/LOCK          flock'ed by the one coord using the directory
+    DIR/CURRENT       which journal generation is live
+    DIR/journal.GEN   every ChannelRecord, the ClusterRecord and every BroadcastTask, with
+                      its version: a snapshot, then one checksummed frame per batch
 
-A record file is ``b"SWM1" | version (u64 BE) | crc32 (u32 BE) | protobuf``, written to a
-temporary file, fsync'ed, renamed over the old one and the directory fsync'ed: after a
-kill -9 a file holds either the old or the new record, never a torn one.
+Puts made while a batch is on the disk go out together in the next one (one write and
+one fdatasync), and each returns once its own batch is durable: a kill -9 loses no put
+that returned. A journal that CURRENT names but that is gone stops the store from
+opening (MissingRecords) unless the caller explicitly forgets what it held.
 
-A checksum finds a damaged record but not a missing one: a deleted record file would
-make its pchannel vanish without a word. The manifest lists every pchannel record (a new
-record is written first, then the manifest that names it, so a crash in between leaves
-an unlisted record, which is adopted, never a listed one that is missing); a listed
-record that is gone stops the store from opening (MissingRecords), unless the caller
-explicitly forgets those pchannels.
+Directories of the earlier format (one file per record, ``channels/NAME.rec``, a
+manifest listing them) are migrated once when opened, with the same checks as before
+(a record the manifest lists but that is gone refuses to open), and logged.
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
-import ctypes
 import fcntl
 import logging
 import os
 import re
+import shutil
 import struct
 import zlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from google.protobuf.message import DecodeError
+
+from streamwal.coord import meta_journal as mj
 from streamwal.errors import Code, InvalidArgument, StreamingError
+from streamwal.files import fsync_dir
 from streamwal.proto import broadcast_pb2 as bpb
 from streamwal.proto import coord_pb2 as cpb
 
 log = logging.getLogger("streamwal.coord.meta_store")
 
-_MAGIC = b"SWM1"
-_HEADER = struct.Struct(">4sQI")
+# The earlier one-file-per-record format, read once to migrate it.
+_LEGACY_MAGIC = b"SWM1"
+_LEGACY_HEADER = struct.Struct(">4sQI")
+_LEGACY = ("manifest.rec", "cluster.rec", "channels", "broadcasts")
+# The journal's key spaces.
+CHANNEL, CLUSTER, BROADCAST = 1, 2, 3
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
 
 
@@ -64,25 +68,24 @@ class MetaStoreUnwritable(StreamingError):
 
 
 class CorruptRecord(StreamingError):
-    """A record file failed its checksum; the store refuses to guess."""
+    """A record or journal failed its checksum; the store refuses to guess."""
 
 
 class MissingRecords(StreamingError):
-    """Records the manifest lists are gone; the store refuses to open without them."""
+    """Files the store had are gone; it refuses to open without them."""
 
     code = Code.STREAMING_CODE_DATA_LOSS
 
-    def __init__(self, directory: Path, names: list[str]) -> None:
+    def __init__(self, directory: Path, what: str, files: str, names: list[str]) -> None:
         super().__init__(
-            f"the meta store {directory} lost the records of {len(names)} pchannel(s) it "
-            f"had: {', '.join(names)}. Restore them (channels/NAME.rec) from a backup, or "
+            f"the meta store {directory} lost {what}. Restore {files} from a backup, or "
             "start once with --forget-missing-meta to drop them for good"
         )
         self.names = names
 
 
 def check_name(name: str) -> str:
-    """Pchannel names become file names and Kubernetes object names: keep them plain."""
+    """Pchannel names become journal keys and Kubernetes object names: keep them plain."""
     if not _NAME.match(name):
         raise InvalidArgument(
             f"invalid pchannel name {name!r}: use letters, digits, '_', '.', '-' (max 200)"
@@ -150,120 +153,61 @@ class MetaStore(abc.ABC):
         """Release whatever the store holds."""
 
 
-def _encode(version: int, payload: bytes) -> bytes:
-    return _HEADER.pack(_MAGIC, version, zlib.crc32(payload)) + payload
-
-
-def _decode(path: Path, data: bytes) -> tuple[int, bytes]:
-    if len(data) < _HEADER.size:
-        raise CorruptRecord(f"{path}: truncated record")
-    magic, version, crc = _HEADER.unpack_from(data)
-    payload = data[_HEADER.size :]
-    if magic != _MAGIC or zlib.crc32(payload) != crc:
-        raise CorruptRecord(f"{path}: bad magic or checksum")
-    return version, payload
-
-
-def _write_all(batch: dict[Path, bytes]) -> None:
-    """Write every file of `batch` atomically and durably with one flush for them all: the
-    temporary files, one syncfs (or an fsync each where there is none), the renames, one
-    fsync per folder. A burst of N records costs about two flushes, not 2 N."""
-    tmps: list[tuple[Path, Path]] = []
-    try:
-        for path, data in batch.items():
-            tmp = path.with_name(f".{path.name}.tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                os.write(fd, data)
-                if _SYNCFS is None or len(batch) == 1:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
-            tmps.append((tmp, path))
-        if _SYNCFS is not None and len(batch) > 1:
-            folder = os.open(next(iter(batch)).parent, os.O_RDONLY)
-            try:
-                if _SYNCFS(folder) != 0:
-                    raise OSError(ctypes.get_errno(), "syncfs failed")
-            finally:
-                os.close(folder)
-        for tmp, path in tmps:
-            os.replace(tmp, path)
-        for folder_path in {path.parent for path in batch}:
-            _fsync_dir(folder_path)
-    except OSError as exc:
-        for tmp, _ in tmps:
-            tmp.unlink(missing_ok=True)
-        what = str(next(iter(batch))) if len(batch) == 1 else f"{len(batch)} records"
-        raise MetaStoreUnwritable(f"cannot write {what}: {exc.strerror or exc}") from None
-
-
-def _syncfs():
-    """glibc's syncfs(2) (Linux): flushes the file system of one folder, once per batch."""
-    try:
-        return ctypes.CDLL(None, use_errno=True).syncfs
-    except (OSError, AttributeError):
-        return None
-
-
-_SYNCFS = _syncfs()
-
-
 class _GroupCommit:
-    """Record writes made while a flush is on the disk go out together in the next one
-    (`_write_all`); each writer returns once its own record is durable. The coord writes
+    """Puts made while a batch is on the disk go out together in the next one (one frame,
+    one fdatasync); each writer returns once its own batch is durable. The coord writes
     a record per pchannel and step: 1,024 pchannels placed at once were 2,048 writes of
     two fsyncs each, one after another (issue 24)."""
 
-    def __init__(self, after: Callable[[list[Path]], None]) -> None:
-        self._after = after  # in the flush thread, once the batch is durable
-        self._pending: dict[Path, bytes] = {}
-        self._waiters: list[asyncio.Future[None]] = []
+    def __init__(self, journal: mj.Journal) -> None:
+        self._journal = journal
+        self._pending: list[tuple[mj.Entry, bytes, asyncio.Future[None]]] = []
         self._flusher: asyncio.Task | None = None
         self.flushes = 0
 
-    async def write(self, path: Path, data: bytes) -> None:
+    async def write(self, entry: mj.Entry, encoded: bytes) -> None:
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pending[path] = data
-        self._waiters.append(waiter)
+        self._pending.append((entry, encoded, waiter))
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush(), name="meta-store-commit")
         await waiter
 
-    def _write(self, batch: dict[Path, bytes]) -> None:
-        _write_all(batch)
-        self._after(list(batch))
+    async def drain(self) -> None:
+        """Wait for the batches already taken (close calls it before the file goes)."""
+        if self._flusher is not None:
+            await asyncio.shield(self._flusher)
+
+    def _take(self) -> list[tuple[mj.Entry, bytes, asyncio.Future[None]]]:
+        """The next batch: what is pending, up to a frame's limit."""
+        size = 0
+        for count, (_, encoded, _) in enumerate(self._pending):
+            size += len(encoded)
+            if size > mj.MAX_FRAME and count:
+                break
+        else:
+            count = len(self._pending)
+        batch, self._pending = self._pending[:count], self._pending[count:]
+        return batch
 
     async def _flush(self) -> None:
         while self._pending:
-            batch, waiters = self._pending, self._waiters
-            self._pending, self._waiters = {}, []
+            batch = self._take()
             error: BaseException | None = None
             try:
-                await asyncio.to_thread(self._write, batch)
+                await asyncio.to_thread(self._journal.append, [(e, b) for e, b, _ in batch])
                 self.flushes += 1
+            except mj.JournalError as exc:
+                what = "a record" if len(batch) == 1 else f"{len(batch)} records"
+                error = MetaStoreUnwritable(f"cannot write {what}: {exc}")
             except Exception as exc:
                 error = exc
-            for waiter in waiters:
+            for _, _, waiter in batch:
                 if waiter.done():
                     continue
                 if error is None:
                     waiter.set_result(None)
                 else:
                     waiter.set_exception(error)
-
-
-def _fsync_dir(directory: Path) -> None:
-    dfd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-
-
-def _unlink_durably(path: Path) -> None:
-    path.unlink(missing_ok=True)
-    _fsync_dir(path.parent)
 
 
 def _copy_task(task: bpb.BroadcastTask) -> bpb.BroadcastTask:
@@ -275,9 +219,9 @@ def _copy_task(task: bpb.BroadcastTask) -> bpb.BroadcastTask:
 class MemoryMetaStore(MetaStore):
     """The store's rules in memory: versions, compare-and-put, copies in and out.
 
-    `LocalMetaStore` adds the files (each put durable before it returns); the simulator
+    `LocalMetaStore` adds the journal (each put durable before it returns); the simulator
     and tests that need no disk use it as it is (a coord "crash" keeps it: every put that
-    returned is there, as with the files)."""
+    returned is there, as with the journal)."""
 
     def __init__(self) -> None:
         self._mutex = asyncio.Lock()  # the cluster record and broadcasts
@@ -286,9 +230,9 @@ class MemoryMetaStore(MetaStore):
         self._cluster: tuple[cpb.ClusterRecord, int] | None = None
         self._broadcasts: dict[int, tuple[bpb.BroadcastTask, int]] = {}
 
-    async def _persist(self, kind: str, key: str, data: bytes | None) -> None:
-        """Make a put (`data`: the encoded record) or a delete (None) durable before the
-        store shows it; nothing to do in memory."""
+    async def _persist(self, space: int, key: str, version: int, payload: bytes | None) -> None:
+        """Make a put (`payload`: the serialized record) or a delete (None) durable before
+        the store shows it; nothing to do in memory."""
 
     @staticmethod
     def _copy(record: cpb.ChannelRecord) -> cpb.ChannelRecord:
@@ -307,7 +251,7 @@ class MemoryMetaStore(MetaStore):
 
     async def put_channel(self, record: cpb.ChannelRecord, expected: str | None) -> Stored:
         name = check_name(record.meta.channel.name)
-        # Puts of different pchannels run together (the file store writes them in one
+        # Puts of different pchannels run together (the journal writes them in one
         # flush); two puts of one pchannel are ordered by its lock.
         async with self._locks.setdefault(name, asyncio.Lock()):
             found = self._channels.get(name)
@@ -315,7 +259,7 @@ class MemoryMetaStore(MetaStore):
             if current != expected:
                 raise VersionConflict(f"{name}: stored version {current}, expected {expected}")
             version = (found[1] if found else 0) + 1
-            await self._persist("channels", name, _encode(version, record.SerializeToString()))
+            await self._persist(CHANNEL, name, version, record.SerializeToString())
             self._channels[name] = (self._copy(record), version)
             return Stored(self._copy(record), str(version))
 
@@ -332,7 +276,7 @@ class MemoryMetaStore(MetaStore):
             if current != expected:
                 raise VersionConflict(f"cluster: stored version {current}, expected {expected}")
             version = (self._cluster[1] if self._cluster else 0) + 1
-            await self._persist("", "cluster", _encode(version, record.SerializeToString()))
+            await self._persist(CLUSTER, "", version, record.SerializeToString())
             copy = cpb.ClusterRecord()
             copy.CopyFrom(record)
             self._cluster = (copy, version)
@@ -356,14 +300,14 @@ class MemoryMetaStore(MetaStore):
                     f"broadcast {bid}: stored version {current}, expected {expected}"
                 )
             version = (found[1] if found else 0) + 1
-            await self._persist("broadcasts", str(bid), _encode(version, task.SerializeToString()))
+            await self._persist(BROADCAST, str(bid), version, task.SerializeToString())
             self._broadcasts[bid] = (_copy_task(task), version)
             return StoredBroadcast(_copy_task(task), str(version))
 
     async def delete_broadcast(self, broadcast_id: int) -> None:
         async with self._mutex:
             if self._broadcasts.pop(broadcast_id, None) is not None:
-                await self._persist("broadcasts", str(broadcast_id), None)
+                await self._persist(BROADCAST, str(broadcast_id), 0, None)
 
 
 class LocalMetaStore(MemoryMetaStore):
@@ -372,82 +316,125 @@ class LocalMetaStore(MemoryMetaStore):
     def __init__(self, directory: str | os.PathLike[str], forget_missing: bool = False) -> None:
         super().__init__()
         self.dir = Path(directory)
-        self._forget_missing = forget_missing
-        self._channels_dir = self.dir / "channels"
-        self._channels_dir.mkdir(parents=True, exist_ok=True)
-        self._broadcasts_dir = self.dir / "broadcasts"
-        self._broadcasts_dir.mkdir(exist_ok=True)
+        self.dir.mkdir(parents=True, exist_ok=True)
         self._lock_fd = os.open(self.dir / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(self._lock_fd)
             raise MetaStoreBusy(f"another coord is using the meta store {self.dir}") from None
-        self._manifest: set[str] = set()
-        self._manifest_version = 0
-        self._commit = _GroupCommit(self._list_new)
         try:
+            self._journal = self._open(forget_missing)
             self._load()
-        except StreamingError:
+        except BaseException:
             os.close(self._lock_fd)
             raise
+        self._commit = _GroupCommit(self._journal)
+
+    def _open(self, forget_missing: bool) -> mj.Journal:
+        legacy = [self.dir / name for name in _LEGACY if (self.dir / name).exists()]
+        try:
+            if legacy and not (self.dir / mj.CURRENT).exists():
+                live = _read_legacy(self.dir, forget_missing)
+                generation = max(mj.Journal.generations(self.dir), default=0) + 1
+                journal = mj.Journal.start(self.dir, live, generation)
+                log.warning(
+                    "meta store migrated from one file per record to a journal",
+                    extra={"meta_dir": str(self.dir), "records": len(live)},
+                )
+            else:
+                journal = mj.Journal.open(self.dir, forget_missing)
+        except mj.Missing as exc:
+            what = f"its live journal {exc} (every record it held)"
+            raise MissingRecords(self.dir, what, "it", []) from None
+        except mj.Corrupt as exc:
+            raise CorruptRecord(str(exc)) from None
+        for path in legacy:  # migrated now, or before a crash that left them
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        if legacy:
+            fsync_dir(self.dir)
+        return journal
 
     def _load(self) -> None:
-        for stale in self._channels_dir.glob(".*.tmp"):
-            stale.unlink()
-        for path in self._channels_dir.glob("*.rec"):
-            version, payload = _decode(path, path.read_bytes())
-            record = cpb.ChannelRecord.FromString(payload)
-            self._channels[record.meta.channel.name] = (record, version)
-        for stale in self._broadcasts_dir.glob(".*.tmp"):
-            stale.unlink()
-        for path in self._broadcasts_dir.glob("*.rec"):
-            version, payload = _decode(path, path.read_bytes())
-            task = bpb.BroadcastTask.FromString(payload)
-            self._broadcasts[task.broadcast_id] = (task, version)
-        cluster = self.dir / "cluster.rec"
-        if cluster.exists():
-            version, payload = _decode(cluster, cluster.read_bytes())
-            self._cluster = (cpb.ClusterRecord.FromString(payload), version)
-        self._check_manifest()
+        for entry in self._journal.entries():
+            payload = entry.payload or b""
+            try:
+                if entry.space == CHANNEL:
+                    record = cpb.ChannelRecord.FromString(payload)
+                    self._channels[entry.key] = (record, entry.version)
+                elif entry.space == CLUSTER:
+                    self._cluster = (cpb.ClusterRecord.FromString(payload), entry.version)
+                elif entry.space == BROADCAST:
+                    task = bpb.BroadcastTask.FromString(payload)
+                    self._broadcasts[int(entry.key)] = (task, entry.version)
+                else:
+                    raise CorruptRecord(f"{self.dir}: unknown record kind {entry.space}")
+            except (DecodeError, ValueError) as exc:
+                raise CorruptRecord(f"{self.dir}: record {entry.key!r}: {exc}") from None
 
-    def _check_manifest(self) -> None:
-        path = self.dir / "manifest.rec"
-        if path.exists():
-            self._manifest_version, payload = _decode(path, path.read_bytes())
-            self._manifest = set(cpb.ChannelManifest.FromString(payload).names)
-        elif self._channels:
-            log.warning("meta store without a manifest: starting one from its records")
-        missing = sorted(self._manifest - set(self._channels))
-        if missing and not self._forget_missing:
-            raise MissingRecords(self.dir, missing)
-        if missing:
-            log.error("pchannel records forgotten for good", extra={"pchannels": missing})
-        if missing or set(self._channels) - self._manifest:
-            self._manifest = set(self._channels)
-            self._write_manifest()
-
-    def _write_manifest(self) -> None:
-        self._manifest_version += 1
-        payload = cpb.ChannelManifest(names=sorted(self._manifest)).SerializeToString()
-        _write_all({self.dir / "manifest.rec": _encode(self._manifest_version, payload)})
-
-    async def _persist(self, kind: str, key: str, data: bytes | None) -> None:
-        path = (self.dir / kind if kind else self.dir) / f"{key}.rec"
-        if data is None:
-            await asyncio.to_thread(_unlink_durably, path)
-        else:
-            await self._commit.write(path, data)
-
-    def _list_new(self, paths: list[Path]) -> None:
-        """After a batch is durable: list its new pchannels in the manifest (after the
-        records: it never lists a missing one), one write for the batch."""
-        new = {p.stem for p in paths if p.parent == self._channels_dir} - self._manifest
-        if new:
-            self._manifest |= new
-            self._write_manifest()
+    async def _persist(self, space: int, key: str, version: int, payload: bytes | None) -> None:
+        entry = mj.Entry(space, key, version, payload)
+        try:
+            encoded = entry.encode()
+        except mj.TooLarge as exc:
+            raise InvalidArgument(str(exc)) from None
+        await self._commit.write(entry, encoded)
 
     async def close(self) -> None:
         if self._lock_fd >= 0:
+            await self._commit.drain()
+            self._journal.close()
             os.close(self._lock_fd)
             self._lock_fd = -1
+
+
+def _read_legacy(directory: Path, forget_missing: bool) -> dict[mj.Key, bytes]:
+    """The records of a directory in the earlier format, as journal entries; the manifest
+    check as that format made it (a listed pchannel record that is gone refuses)."""
+    live: dict[mj.Key, bytes] = {}
+
+    def add(space: int, key: str, version: int, payload: bytes) -> None:
+        live[(space, key)] = mj.Entry(space, key, version, payload).encode()
+
+    names: set[str] = set()
+    for path in sorted((directory / "channels").glob("*.rec")):
+        version, payload = _legacy_record(path)
+        name = cpb.ChannelRecord.FromString(payload).meta.channel.name
+        names.add(name)
+        add(CHANNEL, name, version, payload)
+    for path in sorted((directory / "broadcasts").glob("*.rec")):
+        version, payload = _legacy_record(path)
+        add(BROADCAST, str(bpb.BroadcastTask.FromString(payload).broadcast_id), version, payload)
+    if (directory / "cluster.rec").exists():
+        add(CLUSTER, "", *_legacy_record(directory / "cluster.rec"))
+    manifest = directory / "manifest.rec"
+    listed = (
+        set(cpb.ChannelManifest.FromString(_legacy_record(manifest)[1]).names)
+        if manifest.exists()
+        else set()
+    )
+    missing = sorted(listed - names)
+    if missing and not forget_missing:
+        raise MissingRecords(
+            directory,
+            f"the records of {len(missing)} pchannel(s) it had: {', '.join(missing)}",
+            "them (channels/NAME.rec)",
+            missing,
+        )
+    if missing:
+        log.error("pchannel records forgotten for good", extra={"pchannels": missing})
+    return live
+
+
+def _legacy_record(path: Path) -> tuple[int, bytes]:
+    data = path.read_bytes()
+    if len(data) < _LEGACY_HEADER.size:
+        raise CorruptRecord(f"{path}: truncated record")
+    magic, version, crc = _LEGACY_HEADER.unpack_from(data)
+    payload = data[_LEGACY_HEADER.size :]
+    if magic != _LEGACY_MAGIC or zlib.crc32(payload) != crc:
+        raise CorruptRecord(f"{path}: bad magic or checksum")
+    return version, payload

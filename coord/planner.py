@@ -304,11 +304,16 @@ def _single(
             # Its placement (spec changed) excludes its node: it moves, with its log.
             need[name] = "placement"
 
-    placement = {
-        n: m.node.server_id
-        for n, m in metas.items()
-        if n not in need and m.state in (sm.ASSIGNED, sm.ASSIGNING) and m.node.server_id in alive
-    }
+    load = balancer.loads(
+        {
+            n: m.node.server_id
+            for n, m in metas.items()
+            if n not in need
+            and m.state in (sm.ASSIGNED, sm.ASSIGNING)
+            and m.node.server_id in alive
+        },
+        (),
+    )
     for name in sorted(need):
         stored = single[name]
         meta = stored.record.meta
@@ -337,7 +342,7 @@ def _single(
                 targets[name] = None  # back in the node set, not probed yet: next round
                 continue
             # The holder is back: it serves its own log again, nothing to copy.
-            placement[name] = holder.server_id
+            load[holder.server_id] = load.get(holder.server_id, 0) + 1
             targets[name] = holder.server_id
             jobs.append(
                 Reassign(name, stored.version, _ref(snapshot, holder.server_id), "failover")
@@ -345,8 +350,8 @@ def _single(
             continue
         candidates = seen.live - {failed} if seen.live - {failed} else seen.live
         avoided = snapshot.drained | unfit(stored.record, snapshot)
-        chosen = balancer.place([name], placement, candidates, avoided)
-        if name not in chosen:
+        chosen = balancer.least_loaded(load, candidates, avoided)
+        if chosen is None:
             # Nowhere to go now; the pchannel waits (and says so) until a node is live.
             meta = stored.record.meta
             owner = sm.owner(meta)
@@ -357,9 +362,9 @@ def _single(
                 jobs.append(MarkUnavailable(name, stored.version, node))
             targets[name] = None
             continue
-        placement[name] = chosen[name]
-        targets[name] = chosen[name]
-        jobs.append(Reassign(name, stored.version, _ref(snapshot, chosen[name]), need[name]))
+        load[chosen] = load.get(chosen, 0) + 1
+        targets[name] = chosen
+        jobs.append(Reassign(name, stored.version, _ref(snapshot, chosen), need[name]))
     return jobs, targets
 
 

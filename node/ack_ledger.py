@@ -34,6 +34,8 @@ import struct
 import zlib
 from pathlib import Path
 
+from streamwal.files import fsync_dir
+
 SLOT = 256
 MAX_NAME = 200
 FILE_NAME = "streamwal-acked"
@@ -55,7 +57,7 @@ class AckLedger:
         self.existed = self.path.exists()
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         if not self.existed:
-            _fsync_dir(self.path.parent)
+            fsync_dir(self.path.parent)
         size = os.fstat(self._fd).st_size
         if size % SLOT:
             raise LedgerError(f"{self.path}: size {size} is not a multiple of {SLOT}")
@@ -63,6 +65,7 @@ class AckLedger:
         self._capacity = 0
         self._slots: dict[str, int] = {}
         self._used = 0
+        self.unsynced = False  # slots allocated but not synced yet (`sync_slots`)
         if size:
             self._remap(size // SLOT)
             self._load()
@@ -100,8 +103,11 @@ class AckLedger:
         assert self._map is not None
         return _MARK.unpack_from(self._map, at)[0]
 
-    def slot(self, name: str, mark: int = 0) -> int:
-        """The slot of `name`, allocated (durably, with `mark`) when it has none yet."""
+    def slot(self, name: str, mark: int = 0, durable: bool = True) -> int:
+        """The slot of `name`, allocated (with `mark`) when it has none yet: durable on
+        return, or with `durable=False` once `sync_slots` returns (slots allocated
+        together share its one sync: a failover's Assign batch of hundreds of pchannels
+        new to this node synced each slot on its own, a second on a busy machine)."""
         at = self._slots.get(name)
         if at is not None:
             return at
@@ -117,11 +123,21 @@ class AckLedger:
         self._map[at + 9 : at + 9 + len(raw)] = raw
         _CRC.pack_into(self._map, at + 9 + MAX_NAME, zlib.crc32(raw))
         self._map[at + 8] = len(raw)  # last: a name without its length is no slot
-        self._map.flush()
-        os.fsync(self._fd)
         self._slots[name] = at
         self._used += 1
+        self.unsynced = True
+        if durable:
+            self.sync_slots()
         return at
+
+    def sync_slots(self) -> None:
+        """Every slot allocated so far survives a power loss once this returns (their
+        names and the file's size). Raises OSError, and is due again, if it failed."""
+        if self.unsynced:
+            assert self._map is not None
+            self._map.flush()
+            os.fsync(self._fd)
+            self.unsynced = False
 
     def advance(self, at: int, mark: int) -> None:
         """Raise the mark of slot `at` to `mark` (never lowers it)."""
@@ -163,11 +179,3 @@ class AckLedger:
             self._map.close()
             self._map = None
         os.close(self._fd)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

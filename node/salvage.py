@@ -26,6 +26,7 @@ from pathlib import Path
 
 from rocksdict import AccessType, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
+from streamwal.files import fsync_dir
 from streamwal.node.ack_ledger import FILE_NAME as LEDGER_FILE
 
 log = logging.getLogger("streamwal.node.salvage")
@@ -190,7 +191,7 @@ def salvage(data_dir: str | Path) -> SalvageReport:
     kept = data_dir.with_name(f"{data_dir.name}.damaged-{int(time.time())}")
     os.replace(data_dir, kept)
     os.replace(new_dir, data_dir)
-    _fsync_dir(data_dir.parent)
+    fsync_dir(data_dir.parent)
     report.kept_at = str(kept)
     log.warning(
         "store salvaged",
@@ -203,11 +204,3 @@ def salvage(data_dir: str | Path) -> SalvageReport:
         },
     )
     return report
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

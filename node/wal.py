@@ -163,6 +163,7 @@ class Wal:
         self.metrics = metrics
         self.channels: dict[str, Channel] = {}
         self.ledger = AckLedger(store.path)
+        self._slot_sync: asyncio.Future[None] | None = None  # `_slots_durable`
         self._verifying: dict[str, asyncio.Future] = {}
         self._syncing: asyncio.Future | None = None
         self.write_health = WriteHealth()
@@ -211,9 +212,12 @@ class Wal:
                 lost = "the store has no record of this pchannel (its meta is lost)"
                 ch.core.found_damage(ch.first_offset, lost)
 
-    def _channel(self, name: str, meta: ChannelMeta, known: bool = True) -> Channel:
+    def _channel(
+        self, name: str, meta: ChannelMeta, known: bool = True, durable_slot: bool = True
+    ) -> Channel:
         """A pchannel's state as the store holds it; its ledger slot made first (durable
-        before the pchannel's meta is: a pchannel with meta always has a mark)."""
+        before the pchannel's meta is: a pchannel with meta always has a mark). Without
+        `durable_slot` the caller awaits `_slots_durable` before anything else."""
         ch = Channel(
             name,
             meta,
@@ -224,7 +228,7 @@ class Wal:
             self.ledger.mark(name) or 0,
             known,
         )
-        ch.ledger_slot = self.ledger.slot(name, ch.committed_next)
+        ch.ledger_slot = self.ledger.slot(name, ch.committed_next, durable_slot)
         self.channels[name] = ch
         return ch
 
@@ -329,6 +333,7 @@ class Wal:
             raise InvalidArgument("retention bounds must be >= 0")
         rs = parse_replica_set(replica_set, self.config.node_id)
         ch = self.channels.get(name) or self._new_channel(name)
+        await self._slots_durable(ch)
         policy = None if retention is None else (retention.max_age_ms, retention.max_bytes)
         steps = ch.core.assign(term, rs, catch_up_from, min_next_offset, policy, accept_data_loss)
         outcome = await self._unknown_gone(ch, steps)
@@ -361,7 +366,36 @@ class Wal:
             retention_age_ms=self.config.default_retention_age_ms,
             retention_bytes=self.config.default_retention_bytes,
         )
-        return self._channel(name, meta, known=False)
+        return self._channel(name, meta, known=False, durable_slot=False)
+
+    async def _slots_durable(self, ch: Channel) -> None:
+        """New ledger slots reach the disk before anything of their pchannels does, with
+        one sync for every slot allocated before it runs: the items of an Assign or Fence
+        batch all allocate theirs before the first of them gets here (their tasks start
+        in one turn of the loop, the sync is called soon after). A failed sync leaves no
+        trace of a pchannel new here (and is tried again by the next caller)."""
+        if not self.ledger.unsynced:
+            return
+        if self._slot_sync is None:
+            loop = asyncio.get_running_loop()
+            self._slot_sync = loop.create_future()
+            loop.call_soon(self._sync_slots)
+        try:
+            await asyncio.shield(self._slot_sync)
+        except OSError:
+            if not ch.core.known and self.channels.get(ch.name) is ch:
+                del self.channels[ch.name]
+            raise
+
+    def _sync_slots(self) -> None:
+        done, self._slot_sync = self._slot_sync, None
+        assert done is not None
+        try:
+            self.ledger.sync_slots()
+        except OSError as exc:
+            done.set_exception(exc)
+        else:
+            done.set_result(None)
 
     def _tick(self, ch: Channel, term: int) -> None:
         """A time tick record; nobody waits for its answer (a failed one is just gone).
@@ -380,6 +414,7 @@ class Wal:
         """
         validate_name(name)
         ch = self.channels.get(name) or self._new_channel(name)
+        await self._slots_durable(ch)
         before = ch.term
         report = await self._unknown_gone(ch, ch.core.fence_term(term))
         if ch.term > before:

@@ -232,7 +232,7 @@ class _CoordStore(MemoryMetaStore):
         self.__dict__.update(shared.__dict__)  # the same dicts: one store
         self.dead = False
 
-    async def _persist(self, kind: str, key: str, data: bytes | None) -> None:
+    async def _persist(self, space: int, key: str, version: int, payload: bytes | None) -> None:
         if self.dead:
             raise Unavailable("this coord is dead")
 

@@ -1,10 +1,11 @@
-"""The coord's meta store loses a record: a pchannel's file is deleted while the coord is
-down (a wrong `rm`, a restored backup, a file system that lost a directory entry).
+"""The coord's meta store loses a record: the file holding a pchannel's record (the live
+journal) is deleted while the coord is down (a wrong `rm`, a restored backup, a file
+system that lost a directory entry).
 
-Corrupted records are refused with a clear error today; a deleted one made its pchannel
-vanish silently (issue 22, item 6). The promise: the coord detects the missing record and
-reports it (refusing to start, or starting with an error that names it), never serving
-on without a pchannel it once had.
+Corrupted records are refused with a clear error; a deleted record file once made its
+pchannel vanish silently (issue 22, item 6). The promise: the coord detects the missing
+file and reports it (refusing to start, or starting with an error that names it), never
+serving on without a pchannel it once had.
 """
 
 from __future__ import annotations
@@ -43,8 +44,7 @@ async def test_deleted_meta_record_is_reported(nemesis) -> None:
     await cluster.wait_healthy(names)
     victim = nemesis.rng.choice(names)
     cluster.kill_coord()
-    record = nemesis.root / "meta" / "channels" / f"{victim}.rec"
-    assert record.exists(), f"no record file {record}"
+    (record,) = (nemesis.root / "meta").glob("journal.*")  # every record, the victim's too
     record.unlink()
     since = cluster.coord_log.stat().st_size
 
@@ -53,7 +53,7 @@ async def test_deleted_meta_record_is_reported(nemesis) -> None:
         await cluster.start_coord()
     except (RuntimeError, TimeoutError) as exc:
         refused = str(exc)
-    lines = reported(cluster.coord_log, since, victim)
+    lines = reported(cluster.coord_log, since, record.name)
     known = [] if refused else list(await cluster.describe())
     print(
         f"deleted {record.name}: coord {'refused to start' if refused else 'serves'}; "
