@@ -31,6 +31,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+import threading
 import zlib
 from pathlib import Path
 
@@ -62,6 +63,10 @@ class AckLedger:
         if size % SLOT:
             raise LedgerError(f"{self.path}: size {size} is not a multiple of {SLOT}")
         self._map: mmap.mmap | None = None
+        # `sync` runs in a worker thread (Wal's ledger loop) while `slot` may replace the
+        # mapping on the event loop: a flush of a mapping closed under it raised
+        # ValueError and ended the loop's periodic syncs for good.
+        self._mapping = threading.Lock()
         self._capacity = 0
         self._slots: dict[str, int] = {}
         self._used = 0
@@ -71,10 +76,11 @@ class AckLedger:
             self._load()
 
     def _remap(self, capacity: int) -> None:
-        if self._map is not None:
-            self._map.close()
-        self._map = mmap.mmap(self._fd, capacity * SLOT)
-        self._capacity = capacity
+        with self._mapping:
+            if self._map is not None:
+                self._map.close()
+            self._map = mmap.mmap(self._fd, capacity * SLOT)
+            self._capacity = capacity
 
     def _load(self) -> None:
         assert self._map is not None
@@ -94,6 +100,13 @@ class AckLedger:
 
     def names(self) -> list[str]:
         return list(self._slots)
+
+    def untouched(self, name: str) -> bool:
+        """Whether `name`'s slot holds nothing: no mark, no ceiling (nothing was ever
+        acknowledged under it). An Assign of a pchannel new to this node that failed
+        after its slot was made leaves such a slot, which cannot be freed (slots are
+        never moved)."""
+        return not self.mark(name) and not self.ceiling(name)
 
     def mark(self, name: str) -> int | None:
         """The acknowledged end of `name`, or None when the ledger never saw it."""
@@ -169,13 +182,16 @@ class AckLedger:
         self.sync()
 
     def sync(self) -> None:
-        """Every mark stored so far survives a power loss once this returns."""
-        if self._map is not None:
-            self._map.flush()
+        """Every mark stored so far survives a power loss once this returns (from any
+        thread)."""
+        with self._mapping:
+            if self._map is not None:
+                self._map.flush()
 
     def close(self) -> None:
-        if self._map is not None:
-            self.sync()
-            self._map.close()
-            self._map = None
+        self.sync()
+        with self._mapping:
+            if self._map is not None:
+                self._map.close()
+                self._map = None
         os.close(self._fd)

@@ -207,10 +207,17 @@ class Wal:
                 continue
             self._load_channel(name, meta)
         for name in self.ledger.names():
-            if name not in self.channels:
-                ch = self._load_channel(name, ChannelMeta())
-                lost = "the store has no record of this pchannel (its meta is lost)"
-                ch.core.found_damage(ch.first_offset, lost)
+            if name in self.channels:
+                continue
+            if self.ledger.untouched(name) and self.store.tail(name).next_offset == 0:
+                # Nothing acknowledged, nothing stored: an Assign that failed after the
+                # slot was made (a full disk, say). Not a loss; the pchannel is unknown.
+                log.info("ledger slot of a pchannel never served here: ignored",
+                         extra={"pchannel": name})  # fmt: skip
+                continue
+            ch = self._load_channel(name, ChannelMeta())
+            lost = "the store has no record of this pchannel (its meta is lost)"
+            ch.core.found_damage(ch.first_offset, lost)
 
     def _channel(
         self, name: str, meta: ChannelMeta, known: bool = True, durable_slot: bool = True

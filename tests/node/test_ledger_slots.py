@@ -69,3 +69,64 @@ async def test_a_failed_slot_sync_leaves_no_pchannel_and_is_tried_again(
     finally:
         await wal.close()
         wal.store.close()
+
+
+async def test_a_slot_a_failed_assign_left_is_not_taken_for_a_lost_meta(tmp_path) -> None:
+    """An Assign of a pchannel new here that fails after its slot is made (a full disk)
+    leaves the slot, which cannot be freed; after a restart that is nothing lost (no
+    mark, no record), while a slot that covers acknowledged offsets without its meta is."""
+    make_store = LogStore(tmp_path / "node")  # the node's directory, as a node made it
+    make_store.close()
+    ledger = AckLedger(tmp_path / "node")
+    ledger.slot("ghost")  # what the failed Assign left
+    ledger.advance(ledger.slot("gone"), 7)  # acknowledged up to 7, then its meta vanished
+    ledger.close()
+    wal = make_wal(tmp_path / "node")
+    try:
+        assert "ghost" not in wal.channels
+        assert wal.channels["gone"].core.damage  # refused until the loss is dealt with
+        await wal.assign("ghost", 1)  # and it can be assigned here later
+        assert wal.channels["ghost"].core.known
+    finally:
+        await wal.close()
+        wal.store.close()
+
+
+def test_a_sync_from_another_thread_never_meets_a_mapping_closed_under_it(tmp_path) -> None:
+    """Wal's ledger loop syncs in a worker thread while `slot` may grow and remap the file
+    on the event loop: the flush and the remap take turns."""
+    import threading
+    import time
+
+    ledger = AckLedger(tmp_path)
+    for i in range(64):  # a full file: the next slot grows and remaps it
+        ledger.slot(f"ch{i}", durable=False)
+    real = ledger._map
+    entered = threading.Event()
+    errors: list[BaseException] = []
+
+    class SlowFlush:  # the real mapping, its msync held up in the middle
+        def flush(self) -> None:
+            entered.set()
+            time.sleep(0.2)
+            real.flush()
+
+        def close(self) -> None:
+            real.close()
+
+    ledger._map = SlowFlush()  # type: ignore[assignment]
+
+    def sync() -> None:
+        try:
+            ledger.sync()
+        except BaseException as exc:
+            errors.append(exc)
+
+    worker = threading.Thread(target=sync)
+    worker.start()
+    assert entered.wait(5)
+    ledger.slot("ch64")  # grows the file: remaps while the worker flushes
+    worker.join(5)
+    assert errors == []
+    assert ledger.mark("ch64") == 0 and len(ledger.names()) == 65
+    ledger.close()
