@@ -178,13 +178,7 @@ def _plan_name(quick: bool, smoke: bool) -> str:
 @click.command("compare")
 @click.option("--quick", is_flag=True, help="Small counts: under a minute (CI smoke use).")
 @click.option("--smoke", is_flag=True, hidden=True, help="Even smaller: for the test suite.")
-@click.option(
-    "--out",
-    default="docs/benchmarks-compare.png",
-    show_default=True,
-    type=click.Path(dir_okay=False),
-    help="Where to write the PNG plot.",
-)
+@report.out_option("docs/benchmarks-compare.png", "the systems' throughput and latency")
 @click.option(
     "--only",
     multiple=True,

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import click
+
 from streamwal.bench.runner import produce_key
 
 HEADLINE = ("produce_msgs_per_s", "produce_p99_ms", "consume_msgs_per_s", "e2e_p99_ms")
@@ -150,6 +152,17 @@ def _ratio_lines(systems: dict[str, dict]) -> list[str]:
                 f"p99 {vs[f'p99_ms_minus_{peer}']:+.2f} ms"
             )
     return ["ratios (>1x: streamwal ahead):", *out] if out else []
+
+
+def out_option(default: str, what: str):
+    """`--out PNG` of a benchmark that plots `what`, written under docs/ by default."""
+    return click.option(
+        "--out",
+        default=default,
+        show_default=True,
+        type=click.Path(dir_okay=False),
+        help=f"Where to write the PNG plot of {what}.",
+    )
 
 
 def pyplot():

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import click
 
+from streamwal.bench import report
 from streamwal.bench.failover import _read_back, _Sender, _until
 from streamwal.coord.coordinator import MAX_CREATE
 from streamwal.errors import StreamingError
@@ -324,8 +325,6 @@ def plot(cases: list[dict], out: Path, title: str) -> Path:
     """Issue 24's curves over the pchannel count, one line per replica count: the
     control plane's times, the failover past its wait, what a failure sends each
     discovery client, and what the processes hold while idle."""
-    from streamwal.bench import report
-
     plt = report.pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(12, 8))
     panels = (
@@ -412,13 +411,7 @@ def _plotted(case: dict, key: str) -> float | None:
 )
 @click.option("--sim-pchannels", default=10_000, show_default=True, type=click.IntRange(1))
 @click.option("--sim-nodes", default=100, show_default=True, type=click.IntRange(2))
-@click.option(
-    "--out",
-    default="docs/benchmarks-scale.png",
-    show_default=True,
-    type=click.Path(dir_okay=False),
-    help="Where to write the PNG plot of the cases (the curves over --pchannels).",
-)
+@report.out_option("docs/benchmarks-scale.png", "the cases (the curves over --pchannels)")
 def scale(
     pchannels: str,
     replicas: str,
