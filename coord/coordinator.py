@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from streamwal.coord import balancer, catch_up, sagas
 from streamwal.coord import planner as pl
@@ -804,6 +805,7 @@ class Coordinator:
                 self.config.assign_timeout, self.config.remove_timeout, self.config.fence_timeout
             ).scaled(jobs / max(1, len(seen.live))),
             leaders=dict(leaders),
+            seen_terms=MappingProxyType(self.memory.seen_term),
         )
 
     async def _rechecks(self) -> set[str]:

@@ -45,6 +45,9 @@ class Memory:
     reports: dict[int, NodeReport] = field(default_factory=dict)
     # The highest end of log any node reported per pchannel (offsets never reused).
     seen_next: dict[str, int] = field(default_factory=dict)
+    # The highest term any node reported per pchannel (terms never handed out twice,
+    # even if the meta store lost a write: sagas.Round.seen_terms).
+    seen_term: dict[str, int] = field(default_factory=dict)
     # When each pchannel was last persisted ASSIGNED: only a later probe can miss it.
     assigned_at: dict[str, float] = field(default_factory=dict)
     # When a member was last assigned as a follower on its own (rejoin, term change).
@@ -87,6 +90,8 @@ class Memory:
         for name, status in report.channels.items():
             if status.next_offset > self.seen_next.get(name, 0):
                 self.seen_next[name] = status.next_offset
+            if status.pchannel.term > self.seen_term.get(name, 0):
+                self.seen_term[name] = status.pchannel.term
 
     def forget(self, node: int) -> None:
         self.reports.pop(node, None)

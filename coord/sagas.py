@@ -202,6 +202,9 @@ class Round:
     drained: frozenset[int]
     timeouts: Timeouts = field(default_factory=Timeouts)
     leaders: dict[int, int] = field(default_factory=dict)
+    # The highest term any node reported per pchannel (Memory.seen_term): new terms
+    # start above it (state_machine.begin_assignment).
+    seen_terms: Mapping[str, int] = field(default_factory=dict)
 
     def ref(self, node: int, record: cpb.ChannelRecord | None = None) -> sm.NodeRef:
         return sm.node_ref(self.nodes, node, record.members if record is not None else ())
@@ -253,7 +256,9 @@ def reassignment(
     name = before.meta.channel.name
     record = _copy(before)
     if target is not None:
-        record.meta.CopyFrom(sm.begin_assignment(before.meta, target))
+        record.meta.CopyFrom(
+            sm.begin_assignment(before.meta, target, seen_term=ctx.seen_terms.get(name, 0))
+        )
         yield Persist(_copy(record), sm.Step.PERSIST_ASSIGNING)
     plan: catch_up.CatchUpPlan | None = None
     for action in sm.next_actions(record.meta):
@@ -373,7 +378,12 @@ def term_change(
 
     record = _copy(before)
     record.meta.CopyFrom(
-        sm.begin_assignment(before.meta, ctx.ref(hint, before), reuse_term=_unled(before))
+        sm.begin_assignment(
+            before.meta,
+            ctx.ref(hint, before),
+            reuse_term=_unled(before),
+            seen_term=ctx.seen_terms.get(name, 0),
+        )
     )
     record.unled_term = 0  # from here on an Assign may go out under this term
     del record.members[:]

@@ -121,7 +121,7 @@ def owner(meta: pb.PChannelMeta) -> NodeRef | None:
 
 
 def begin_assignment(
-    meta: pb.PChannelMeta, target: NodeRef, reuse_term: bool = False
+    meta: pb.PChannelMeta, target: NodeRef, reuse_term: bool = False, seen_term: int = 0
 ) -> pb.PChannelMeta:
     """Step 1: a new meta in ASSIGNING with term + 1 on `target`.
 
@@ -129,16 +129,21 @@ def begin_assignment(
     the channel under the old term, so it goes into `histories` to be removed.
     `reuse_term`: keep the term (an ASSIGNING meta whose term had no leader, see
     sagas.term_change): the meta is only pointed at `target`.
+
+    `seen_term`, the highest term any node reported for the pchannel, is a floor: above
+    the record's term only if the meta store lost writes it had acknowledged (a damaged
+    journal tail), and then a term some node already holds is never handed out again,
+    nor reused.
     """
     out = pb.PChannelMeta()
     out.CopyFrom(meta)
-    if reuse_term:
+    if reuse_term and seen_term <= meta.channel.term:
         out.node.CopyFrom(target.to_proto())
         return out
     previous = owner(meta)
     if previous is not None:
         _push_history(out, meta.channel.term, previous)
-    out.channel.term = meta.channel.term + 1
+    out.channel.term = max(meta.channel.term, seen_term) + 1
     out.node.CopyFrom(target.to_proto())
     out.state = ASSIGNING
     return out

@@ -300,3 +300,38 @@ def test_deadlines_grow_with_what_a_round_asks_of_each_node() -> None:
     big = base.scaled(257)  # 1,024 term changes over 4 nodes
     assert (big.fence, big.assign, big.remove) == pytest.approx((4.56, 7.56, 3.56))
     assert (base.follower, big.follower) == pytest.approx((2.0, 4.56))
+
+
+# ----------------------------------------------------------------- terms never twice
+
+
+@pytest.mark.parametrize(
+    ("record_term", "seen", "unled", "new_term"),
+    [
+        (4, 0, False, 5),  # nothing reported: term + 1
+        (4, 4, False, 5),  # a node at the record's term: term + 1
+        (4, 7, False, 8),  # a node at 7: the store lost writes; above what was handed out
+        (5, 5, True, 5),  # an unled term nobody holds more of: reused
+        (5, 7, True, 8),  # an "unled" term below one a node holds: never reused
+    ],
+)
+def test_a_new_term_is_above_every_term_a_node_reported(
+    record_term: int, seen: int, unled: bool, new_term: int
+) -> None:
+    """The meta store is the coord's memory of terms; if it lost acknowledged writes (a
+    damaged journal tail), a node may hold a term above the record's: the next term
+    starts above it, for a single copy's move and a replicated term change alike."""
+    round_ = sagas.Round(
+        nodes=NODES, alive=frozenset({1, 2, 3, 4}), live=frozenset({1, 2, 3, 4}),
+        lost=frozenset(), drained=frozenset(), seen_terms={"a": seen, "r": seen},
+    )  # fmt: skip
+    if not unled:
+        moving = single("a", node=1, term=record_term).record
+        steps, _ = drive(sagas.reassignment(moving, ref(2), "failover", ref(1), 0, round_))
+        assert steps[0].record.meta.channel.term == new_term
+    record = replicated("r", term=record_term).record
+    if unled:
+        record.meta.state = sm.ASSIGNING
+        record.unled_term = record_term
+    steps, _ = drive(sagas.term_change(record, (1, 2, 3), "failover", round_))
+    assert steps[0].record.meta.channel.term == new_term
