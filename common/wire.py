@@ -37,7 +37,7 @@ class FrameTooLarge(FrameError):
 
 
 def frame(kind: int, body: bytes) -> bytes:
-    return _HEAD.pack(len(body), kind) + body
+    return head(kind, len(body)) + body
 
 
 def head(kind: int, length: int) -> bytes:

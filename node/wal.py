@@ -363,9 +363,14 @@ class Wal:
         try:
             return await self.steps(ch, steps)
         except StreamingError:
-            if not ch.core.known and self.channels.get(ch.name) is ch:
-                del self.channels[ch.name]
+            self._forget_unknown(ch)
             raise
+
+    def _forget_unknown(self, ch: Channel) -> None:
+        """Drop a pchannel never assigned or fenced here from the view (an attempt that
+        failed): nothing of it stays but an untouched ledger slot."""
+        if not ch.core.known and self.channels.get(ch.name) is ch:
+            del self.channels[ch.name]
 
     def _new_channel(self, name: str) -> Channel:
         """A pchannel this node has no meta for yet, with the node's default retention."""
@@ -390,8 +395,7 @@ class Wal:
         try:
             await asyncio.shield(self._slot_sync)
         except OSError:
-            if not ch.core.known and self.channels.get(ch.name) is ch:
-                del self.channels[ch.name]
+            self._forget_unknown(ch)
             raise
 
     def _sync_slots(self) -> None:

@@ -139,7 +139,9 @@ class KubeApi:
         (Events): sent only if a slot is free at once, else Throttled (nothing sent)."""
         loop = asyncio.get_running_loop()
         name = getattr(fn, "__name__", "call")
-        for tries in range(1, THROTTLED_TRIES + 1):
+        tries = 0
+        while True:
+            tries += 1
             if droppable:
                 if not self.bucket.take_now(time.monotonic()):
                     self.requests.labels(name, "dropped").inc()
@@ -167,7 +169,6 @@ class KubeApi:
                 raise Unavailable(f"Kubernetes API: {err}") from err
             self.requests.labels(name, "ok").inc()
             return out
-        raise AssertionError("unreachable: the last try raises")
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -200,9 +201,6 @@ class KubeMetaStore(MetaStore):
         self._cluster = cpb.ClusterRecord(incarnation=int(time.time() * 1000))
         self._cluster_version = 0
 
-    async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return await self.calls.call(fn, *args, **kwargs)
-
     async def close(self) -> None:
         self.calls.close()
 
@@ -211,7 +209,7 @@ class KubeMetaStore(MetaStore):
         return Stored(st.record_from_object(slim), slim["metadata"]["resourceVersion"])
 
     async def list_channels(self) -> list[Stored]:
-        listed = await self._call(
+        listed = await self.calls.call(
             self.api.list_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL
         )
         items = sorted(listed.get("items", []), key=lambda o: o["metadata"]["name"])
@@ -222,7 +220,7 @@ class KubeMetaStore(MetaStore):
 
     async def get_channel(self, name: str) -> Stored | None:
         try:
-            obj = await self._call(
+            obj = await self.calls.call(
                 self.api.get_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL, name
             )
         except ApiException as err:
@@ -245,7 +243,7 @@ class KubeMetaStore(MetaStore):
         status = self.desired_status(record, obj)
         body = {"metadata": {"resourceVersion": expected}, "status": status}
         try:
-            out = await self._call(
+            out = await self.calls.call(
                 self.api.patch_namespaced_custom_object_status,
                 GROUP, VERSION, self.namespace, PLURAL, name, body,
                 _content_type="application/merge-patch+json",
@@ -265,7 +263,7 @@ class KubeMetaStore(MetaStore):
     async def remove_annotation(self, name: str, key: str) -> None:
         """Drop annotation `key` of PChannel `name` (a merge patch deletes a null key)."""
         body = {"metadata": {"annotations": {key: None}}}
-        await self._call(
+        await self.calls.call(
             self.api.patch_namespaced_custom_object,
             GROUP, VERSION, self.namespace, PLURAL, name, body,
             _content_type="application/merge-patch+json",
@@ -285,7 +283,7 @@ class KubeMetaStore(MetaStore):
         return str(self._cluster_version)
 
     async def list_broadcasts(self) -> list[StoredBroadcast]:
-        listed = await self._call(
+        listed = await self.calls.call(
             self.core.list_namespaced_config_map,
             self.namespace,
             label_selector=f"{BROADCAST_LABEL}=true",
@@ -301,9 +299,11 @@ class KubeMetaStore(MetaStore):
         name = body["metadata"]["name"]
         try:
             if expected is None:
-                out = await self._call(self.core.create_namespaced_config_map, self.namespace, body)
+                out = await self.calls.call(
+                    self.core.create_namespaced_config_map, self.namespace, body
+                )
             else:
-                out = await self._call(
+                out = await self.calls.call(
                     self.core.replace_namespaced_config_map, name, self.namespace, body
                 )
         except ApiException as err:
@@ -317,7 +317,7 @@ class KubeMetaStore(MetaStore):
 
     async def delete_broadcast(self, broadcast_id: int) -> None:
         try:
-            await self._call(
+            await self.calls.call(
                 self.core.delete_namespaced_config_map,
                 f"{BROADCAST_PREFIX}{broadcast_id}",
                 self.namespace,

@@ -105,7 +105,7 @@ class LocalNode:
                 self.port = port
                 return self
             if self.proc.poll() is not None:
-                said = self.log_path.read_text(errors="replace")[log_start:]
+                said = self.log_path.read_bytes()[log_start:].decode(errors="replace")
                 if "(--internal-listen): Address already in use" in said:
                     raise _InternalPortTaken(said)
                 raise RuntimeError(f"node {self.node_id} exited at start:\n{self.log_tail()}")
