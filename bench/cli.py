@@ -16,6 +16,7 @@ from streamwal.cli import LazyGroup
         "compare": "streamwal.bench.compare:compare",
         "spark": "streamwal.bench.spark:spark",
         "trace": "streamwal.bench.sched_trace:trace",
+        "after-burst": "streamwal.bench.after_burst:after_burst",
         "scale": "streamwal.bench.scale:scale",
     },
 )

@@ -48,14 +48,7 @@ async def _workloads(system: System, plan: Plan, tick: Callable[[str], None]) ->
         await system.drop_stream(stream)
         tick(f"latency 1/1 {system.name}")
 
-    produce: dict[str, dict] = {}
-    for size in plan.payload_sizes:
-        for producers in plan.producer_counts:
-            key = produce_key(size, producers)
-            stream = await _fresh(system, f"tput-{size}-{producers}")
-            produce[key] = await wl.produce_throughput(system, stream, plan, size, producers)
-            await system.drop_stream(stream)
-            tick(f"{system.name} produce {key}")
+    produce = await bursts(system, plan, tick)
 
     # Right after the bursts, while the system digests them (compactions, AOF rewrites);
     # the headline latency comes from the interleaved rounds (bench/interleaved.py).
@@ -79,6 +72,21 @@ async def _workloads(system: System, plan: Plan, tick: Callable[[str], None]) ->
     if headline is not None:
         with_latency(entry, headline)
     return entry
+
+
+async def bursts(system: System, plan: Plan, tick: Callable[[str], None]) -> dict[str, dict]:
+    """The acknowledged-produce runs, each size and producer count on a stream of its own:
+    their results by `produce_key`. What they leave behind (memtables to flush, level-0
+    files to compact) is what the after-burst round meets (bench/after_burst.py)."""
+    produce: dict[str, dict] = {}
+    for size in plan.payload_sizes:
+        for producers in plan.producer_counts:
+            key = produce_key(size, producers)
+            stream = await _fresh(system, f"tput-{size}-{producers}")
+            produce[key] = await wl.produce_throughput(system, stream, plan, size, producers)
+            await system.drop_stream(stream)
+            tick(f"{system.name} produce {key}")
+    return produce
 
 
 def summarize(

@@ -134,6 +134,11 @@ class Streamwal:
         finally:
             await channel.close()
 
+    @staticmethod
+    def data_dir(workdir: Path, node_id: int = 1) -> Path:
+        """Where node `node_id` of a system started in `workdir` keeps its store."""
+        return workdir / f"data{node_id}"
+
     async def start(self, workdir: Path) -> None:
         for node_id in range(1, self._replicas + 1):
             address = f"{HOST}:{free_port()}"
@@ -146,7 +151,7 @@ class Streamwal:
                     "--listen",
                     address,
                     "--data-dir",
-                    str(workdir / f"data{node_id}"),
+                    str(self.data_dir(workdir, node_id)),
                     "--node-id",
                     str(node_id),
                     "--durability",
