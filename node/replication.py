@@ -31,6 +31,7 @@ import contextlib
 import itertools
 import logging
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import grpc
@@ -67,6 +68,9 @@ READ_BYTES = 1024 * 1024
 APPLY_BYTES = 8 * 1024 * 1024  # a follower syncs and acks at least this often
 BACKOFF = (0.05, 2.0)  # a follower's reconnect delay: first, maximum
 COMMIT_LAG_S = 0.02  # a commit update waits this long for a record to carry it
+# Where a leader's stream writes a LogEntry (or one serialized already): a gRPC context's
+# `write` (its serializer passes bytes through) or the replication port's.
+Write = Callable[[pb.LogEntry | bytes], Awaitable[None]]
 _BEAT = object()  # queued to a follower stream: acknowledge now, even with nothing new
 
 
@@ -231,8 +235,9 @@ class Replication:
 
     # -- leader side -------------------------------------------------------------------
 
-    async def serve(self, first: pb.ReplicaAck, acks, context) -> None:
-        """One follower's Replicate stream: raises the StreamingError to abort it with."""
+    def open_stream(self, first: pb.ReplicaAck, write: Write) -> _LeaderStream:
+        """One follower's stream from its first ack (raises the StreamingError to refuse
+        it with); its entries go to `write`, its later acks to `_LeaderStream.take`."""
         ch = self.wal.channels.get(first.pchannel)
         if ch is None:
             raise ChannelFenced(f"pchannel {first.pchannel!r} is not led by this node")
@@ -252,12 +257,20 @@ class Replication:
             },
         )
         self._lease(ch, role)[first.node_id] = self._node_heard[first.node_id] = time.monotonic()
-        stream = _LeaderStream(self, ch, role, first.node_id, start, acks, context, first.batched)
-        key = (ch.name, first.node_id)
+        return _LeaderStream(self, ch, role, first.node_id, start, write, first.batched)
+
+    async def serve(self, stream: _LeaderStream, acks: AsyncIterator | None = None) -> None:
+        """Run `stream` until it ends: raises the StreamingError to abort it with. `acks`:
+        the follower's (a gRPC request iterator, read by a task); None: the transport
+        hands them to `stream.take` itself (the replication port, as bytes arrive)."""
+        key = (stream.ch.name, stream.node)
         self._open[key] += 1
+        reader = None if acks is None else asyncio.ensure_future(stream.feed(acks))
         try:
             await stream.run()
         finally:
+            if reader is not None:
+                reader.cancel()
             self._open[key] -= 1
             if not self._open[key]:
                 del self._open[key]
@@ -406,7 +419,9 @@ async def _pump(call, queue: asyncio.Queue) -> None:
 
 
 class _LeaderStream:
-    """The leader's half of one follower's Replicate stream."""
+    """The leader's half of one follower's Replicate stream, whatever carries it: entries
+    go out through `write` (a gRPC stream's, or the replication port's), acks come in
+    through `take` and the end through `end`."""
 
     def __init__(
         self,
@@ -415,8 +430,7 @@ class _LeaderStream:
         role: Leading,
         node: int,
         start: rules.Start,
-        acks,
-        context,
+        write: Write,
         batched: bool = False,
     ) -> None:
         self.repl = repl
@@ -425,12 +439,13 @@ class _LeaderStream:
         self.role = role
         self.node = node
         self.start = start
-        self.acks = acks
-        self.context = context
+        self.write = write
         self.position = start.position
         self.window: collections.deque[tuple[int, int]] = collections.deque()
         self.inflight = 0
         self._wake: asyncio.Future | None = None
+        # Set once the follower's side ended: (None,) closed, (error,) misbehaved or broke.
+        self.ended: tuple[BaseException | None] | None = None
 
     def poke(self) -> None:
         """Something the stream may act on changed (records, commit, acks, role, end)."""
@@ -444,23 +459,20 @@ class _LeaderStream:
     async def run(self) -> None:
         ch, role = self.ch, self.role
         loop = asyncio.get_running_loop()
-        reader = asyncio.ensure_future(self._read_acks())
-        reader.add_done_callback(lambda _: self.poke())
         ch.wakers.append(self.poke)
         try:
             first = self._entry(offset=self.position, term_history=_starts(ch.meta.history))
             if self.start.truncate_from is not None:
                 first.truncate_from = self.start.truncate_from
-            await self.context.write(first)
+            await self.write(first)
             sent_commit = first.commit_offset
             commit_due = 0.0  # when a commit update goes out alone (loop time; 0: none due)
             while True:
                 if ch.core.role is not role:
                     raise ChannelFenced(f"{ch.name!r}: leader role ended")
-                if reader.done():
-                    err = reader.result()
-                    if err is not None:
-                        raise err
+                if self.ended is not None:
+                    if self.ended[0] is not None:
+                        raise self.ended[0]
                     return  # the follower closed its stream
                 acked = role.acked.get(self.node, 0)
                 while self.window and self.window[0][0] <= acked:
@@ -483,7 +495,7 @@ class _LeaderStream:
                     commit_due = commit_due or now + COMMIT_LAG_S
                     if now >= commit_due:
                         sent_commit, commit_due = ch.known_commit, 0.0
-                        await self.context.write(self._entry(offset=self.position))
+                        await self.write(self._entry(offset=self.position))
                         continue
                     sleep = commit_due - now
                 # Every await above re-checks all of this: a poke while none waits is moot.
@@ -496,7 +508,6 @@ class _LeaderStream:
                     self._wake = None
         finally:
             ch.wakers.remove(self.poke)
-            reader.cancel()
 
     async def _send_records(self, end: int) -> bool:
         """The records from `position` below `end`, in one entry to a follower that takes
@@ -512,28 +523,47 @@ class _LeaderStream:
             self.position = base + records.peek(value)[2]
             self.window.append((self.position, len(value)))
             self.inflight += len(value)
-        # Serialized here (the stream's serializer passes bytes through): one copy of the
-        # records, not protobuf's two (protowire.log_entry).
+        # Serialized here (both transports pass bytes through): one copy of the records,
+        # not protobuf's two (protowire.log_entry).
         term, commit = self.role.term, self.ch.known_commit
         if self.batched:
             values = [value for _, value in recs]
-            await self.context.write(protowire.log_entry(term, commit, recs[0][0], values))
+            await self.write(protowire.log_entry(term, commit, recs[0][0], values))
         else:
             for base, value in recs:
-                await self.context.write(protowire.log_entry(term, commit, base, (value,)))
+                await self.write(protowire.log_entry(term, commit, base, (value,)))
         return True
 
-    async def _read_acks(self) -> StreamingError | None:
-        """Follower acks until it closes (None) or misbehaves (the error)."""
-        async for ack in self.acks:
-            if not isinstance(ack, pb.ReplicaAck):
-                return InvalidArgument(getattr(ack, "reason", "malformed ReplicaAck"))
-            if ack.term != self.role.term or ack.node_id != self.node:
-                return term_error(self.ch.name, ack.term, self.role.term)
-            if ack.replay:  # resend from what the follower holds
-                self.position = min(self.position, ack.acked_offset)
-                self.window.clear()
-                self.inflight = 0
-            self.repl.acked(self.ch, self.role, self.node, ack.acked_offset, self.position)
+    def take(self, ack: object) -> bool:
+        """One follower ack; False once the stream is over (it misbehaved, or ended)."""
+        if self.ended is not None:
+            return False
+        if not isinstance(ack, pb.ReplicaAck):
+            self.end(InvalidArgument(getattr(ack, "reason", "malformed ReplicaAck")))
+            return False
+        if ack.term != self.role.term or ack.node_id != self.node:
+            self.end(term_error(self.ch.name, ack.term, self.role.term))
+            return False
+        if ack.replay:  # resend from what the follower holds
+            self.position = min(self.position, ack.acked_offset)
+            self.window.clear()
+            self.inflight = 0
+        self.repl.acked(self.ch, self.role, self.node, ack.acked_offset, self.position)
+        self.poke()
+        return True
+
+    def end(self, err: BaseException | None) -> None:
+        """The follower's side ended: closed (None) or broken (the error to end with)."""
+        if self.ended is None:
+            self.ended = (err,)
             self.poke()
-        return None
+
+    async def feed(self, acks: AsyncIterator) -> None:
+        """A gRPC stream's acks into `take` until the follower closes it."""
+        try:
+            async for ack in acks:
+                if not self.take(ack):
+                    return
+            self.end(None)
+        except Exception as exc:  # the call broke: the stream ends with it
+            self.end(exc)
