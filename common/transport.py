@@ -252,27 +252,39 @@ DESCRIBE = "/streamwal.wire.StreamingNodeInfoService/Describe"
 DESCRIBE_TIMEOUT_S = 5.0
 
 
-async def internal_address(
+async def describe_node(
     address: str, config: TransportConfig | None = None, timeout: float = DESCRIBE_TIMEOUT_S
-) -> str:
-    """The address of the node's internal listener (manager and replication services),
-    given the gRPC address clients use: the node's Describe names the internal port on
-    the same host; 0 (a node run with --internal-listen shared) means that same address.
-
-    Asked at every new channel rather than remembered, so a node restarted on another
-    internal port is found again by the caller's ordinary reconnect."""
+) -> wire_pb2.DescribeNodeResponse:
+    """The Describe answer of the node clients reach at `address` (grpc.RpcError if none)."""
     channel = make_channel(address, config)
     try:
-        answer = await channel.unary_unary(
+        return await channel.unary_unary(
             DESCRIBE,
             request_serializer=wire_pb2.DescribeNodeRequest.SerializeToString,
             response_deserializer=wire_pb2.DescribeNodeResponse.FromString,
         )(wire_pb2.DescribeNodeRequest(), timeout=timeout)
     finally:
         await channel.close()
+
+
+def internal_of(address: str, answer: wire_pb2.DescribeNodeResponse) -> str:
+    """The internal listener's address, from the node's gRPC address and its Describe: the
+    internal port on the same host; 0 (a node run with --internal-listen shared) means
+    that same address."""
     if not answer.internal_port:
         return address
     return f"{address.rpartition(':')[0]}:{answer.internal_port}"
+
+
+async def internal_address(
+    address: str, config: TransportConfig | None = None, timeout: float = DESCRIBE_TIMEOUT_S
+) -> str:
+    """The address of the node's internal listener (manager and replication services),
+    given the gRPC address clients use (`internal_of`).
+
+    Asked at every new channel rather than remembered, so a node restarted on another
+    internal port is found again by the caller's ordinary reconnect."""
+    return internal_of(address, await describe_node(address, config, timeout))
 
 
 async def make_internal_channel(address: str, config: TransportConfig | None = None) -> aio.Channel:

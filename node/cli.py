@@ -289,6 +289,17 @@ class _ListenOr(Address):
     "HOST:PORT, 'auto' (the --listen host, any free port; clients learn it from the node), "
     "or 'off'. Always off when TLS is configured.",
 )
+@click.option(
+    "--replication-listen",
+    default="auto",
+    show_default=True,
+    type=_ListenOr("auto", "off"),
+    help="The replication port (followers' Replicate streams over plain TCP frames, less "
+    "CPU per replicated record than gRPC): HOST:PORT, 'auto' (the internal listener's "
+    "host, any free port; followers learn it from the node) or 'off' (followers use gRPC). "
+    "Reach it from peer nodes only: a follower's acks count toward a quorum. Always off "
+    "when TLS is configured.",
+)
 @ACCESS_FILE
 @click.option(
     "--probe-listen",

@@ -34,26 +34,23 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING
 
-import grpc
 from prometheus_client import Gauge
 
 from streamwal import protowire
 from streamwal.errors import (
     ChannelFenced,
-    Inner,
     InvalidArgument,
     StreamingError,
     UnmatchedChannelTerm,
 )
-from streamwal.grpc_errors import from_rpc_error
 from streamwal.logs import Repeats
 from streamwal.node import records
 from streamwal.node import replication_rules as rules
 from streamwal.node.channel import Channel
 from streamwal.node.core import Entry, Following, Leading
 from streamwal.node.health import heard_at, quorum_contact
+from streamwal.node.replication_links import connect
 from streamwal.proto import streaming_pb2 as pb
-from streamwal.transport import make_internal_channel
 
 if TYPE_CHECKING:
     from streamwal.node.wal import Wal
@@ -61,7 +58,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("streamwal.node.replication")
 _REPEATS = Repeats()  # a leader down: its followers retry every 2 s, logged every 10 s
 
-REPLICATE = "/milvus.proto.streaming.StreamingNodeReplicationService/Replicate"
 WINDOW_BYTES = 8 * 1024 * 1024  # record bytes sent to a follower and not yet acknowledged
 READ_RECORDS = 1024  # records per read step of a follower's stream (also byte-bounded)
 READ_BYTES = 1024 * 1024
@@ -235,9 +231,10 @@ class Replication:
 
     # -- leader side -------------------------------------------------------------------
 
-    def open_stream(self, first: pb.ReplicaAck, write: Write) -> _LeaderStream:
+    def open_stream(self, first: pb.ReplicaAck, write: Write, transport: str) -> LeaderStream:
         """One follower's stream from its first ack (raises the StreamingError to refuse
-        it with); its entries go to `write`, its later acks to `_LeaderStream.take`."""
+        it with); its entries go to `write`, its later acks to `LeaderStream.take`.
+        `transport` ("port" or "grpc") is logged: which one a follower took."""
         ch = self.wal.channels.get(first.pchannel)
         if ch is None:
             raise ChannelFenced(f"pchannel {first.pchannel!r} is not led by this node")
@@ -254,12 +251,13 @@ class Replication:
                 "acked": first.acked_offset,
                 "from": start.position,
                 "truncate_from": start.truncate_from,
+                "transport": transport,
             },
         )
         self._lease(ch, role)[first.node_id] = self._node_heard[first.node_id] = time.monotonic()
-        return _LeaderStream(self, ch, role, first.node_id, start, write, first.batched)
+        return LeaderStream(self, ch, role, first.node_id, start, write, first.batched)
 
-    async def serve(self, stream: _LeaderStream, acks: AsyncIterator | None = None) -> None:
+    async def serve(self, stream: LeaderStream, acks: AsyncIterator | None = None) -> None:
         """Run `stream` until it ends: raises the StreamingError to abort it with. `acks`:
         the follower's (a gRPC request iterator, read by a task); None: the transport
         hands them to `stream.take` itself (the replication port, as bytes arrive)."""
@@ -339,47 +337,30 @@ class Replication:
         )
 
     async def _follow_once(self, ch: Channel, role: Following) -> None:
-        try:  # the leader's internal listener, asked anew at every reconnect
-            channel = await make_internal_channel(role.leader.address)
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
+        link = await connect(role.leader.address)
+        self._queues[ch.name] = (role.leader.node_id, link.queue)
         try:
-            call = channel.stream_stream(
-                REPLICATE,
-                request_serializer=lambda m: m.SerializeToString(),
-                response_deserializer=pb.LogEntry.FromString,
-            )()
-            queue: asyncio.Queue = asyncio.Queue(maxsize=1024)
-            reader = asyncio.ensure_future(_pump(call, queue))
-            self._queues[ch.name] = (role.leader.node_id, queue)
-            try:
-                await call.write(self._ack(ch, role, first=True))
-                while ch.core.role is role:
-                    entries = [await queue.get()]
-                    size = _size(entries[0])
-                    while not queue.empty() and size < APPLY_BYTES:
-                        entries.append(queue.get_nowait())
-                        size += _size(entries[-1])
-                    end = next((e for e in entries if isinstance(e, BaseException)), None)
-                    applied = [e for e in entries if isinstance(e, pb.LogEntry)]
-                    changed = bool(applied) and ch.core.role is role
-                    stored = changed and await self.apply(ch, applied)
-                    beat = any(e is _BEAT for e in entries) and ch.core.role is role
-                    if stored or beat:
-                        await call.write(self._ack(ch, role))
-                    if end is not None:
-                        raise end
-            finally:
-                if self._queues.get(ch.name, (0, None))[1] is queue:
-                    del self._queues[ch.name]
-                reader.cancel()
-                call.cancel()
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
-        except asyncio.InvalidStateError:  # the stream ended while we acknowledged
-            raise Inner("the replication stream ended") from None
+            await link.write(self._ack(ch, role, first=True))
+            while ch.core.role is role:
+                entries = [await link.queue.get()]
+                size = _size(entries[0])
+                while not link.queue.empty() and size < APPLY_BYTES:
+                    entries.append(link.queue.get_nowait())
+                    size += _size(entries[-1])
+                link.took()
+                end = next((e for e in entries if isinstance(e, BaseException)), None)
+                applied = [e for e in entries if isinstance(e, pb.LogEntry)]
+                changed = bool(applied) and ch.core.role is role
+                stored = changed and await self.apply(ch, applied)
+                beat = any(e is _BEAT for e in entries) and ch.core.role is role
+                if stored or beat:
+                    await link.write(self._ack(ch, role))
+                if end is not None:
+                    raise end
         finally:
-            await channel.close()
+            if self._queues.get(ch.name, (0, None))[1] is link.queue:
+                del self._queues[ch.name]
+            await link.close()
 
     async def apply(self, ch: Channel, entries: list[pb.LogEntry]) -> bool:
         """The core applies its leader's entries (core.apply: cut if told, store, sync,
@@ -408,17 +389,7 @@ def term_error(pchannel: str, theirs: int, ours: int) -> StreamingError:
     )
 
 
-async def _pump(call, queue: asyncio.Queue) -> None:
-    """LogEntries into `queue`, then the reason the stream ended (an exception)."""
-    try:
-        async for entry in call:
-            await queue.put(entry)
-        await queue.put(Inner("the leader closed the replication stream"))
-    except grpc.RpcError as exc:
-        await queue.put(from_rpc_error(exc))
-
-
-class _LeaderStream:
+class LeaderStream:
     """The leader's half of one follower's Replicate stream, whatever carries it: entries
     go out through `write` (a gRPC stream's, or the replication port's), acks come in
     through `take` and the end through `end`."""

@@ -22,6 +22,7 @@ from streamwal.node.log_store import LogStore
 from streamwal.node.metrics import NodeMetrics
 from streamwal.node.probe_port import ProbePort
 from streamwal.node.produce_port import ProducePort
+from streamwal.node.replication_port import ReplicationPort
 from streamwal.node.service import NodeService
 from streamwal.node.wal import Wal
 from streamwal.proto import wire_pb2
@@ -53,6 +54,7 @@ class NodeServer:
         self._server = None
         self._metrics_server = None
         self._produce_port: ProducePort | None = None
+        self._replication_port: ReplicationPort | None = None
         self.internal_port = 0  # 0: the internal services share `port` (or not started)
         self._internal_server: aio.Server | None = None
         self._internal_calls: CallLimits | None = None
@@ -133,12 +135,16 @@ class NodeServer:
             self._internal_server = self._grpc_server(self._internal_calls)
             self._internal_server.add_generic_rpc_handlers(internal_services)
         self.port = self._bind(server, cfg.listen, "--listen")
+        internal_host = cfg.listen.rpartition(":")[0]
         if self._internal_server is not None:
             where = cfg.internal_listen
             if where == "auto":  # the gRPC host, any free port (peers learn it from Describe)
-                where = f"{cfg.listen.rpartition(':')[0]}:0"
+                where = f"{internal_host}:0"
+            else:
+                internal_host = where.rpartition(":")[0]
             self.internal_port = self._bind(self._internal_server, where, "--internal-listen")
         await self._open_produce_port()
+        await self._open_replication_port(internal_host)
         await self._open_probe_port()
         await server.start()
         self._server = server
@@ -169,6 +175,7 @@ class NodeServer:
                 "port": self.port,
                 "produce_port": self.produce_port,
                 "internal_port": self.internal_port,
+                "replication_port": self.replication_port,
                 "node_id": cfg.node_id,
                 "pchannels": len(self.wal.channels),
                 "startup_s": round(time.perf_counter() - started, 3),
@@ -179,14 +186,18 @@ class NodeServer:
     def produce_port(self) -> int:
         return self._produce_port.port if self._produce_port else 0
 
+    @property
+    def replication_port(self) -> int:
+        return self._replication_port.port if self._replication_port else 0
+
     def _limit_usage(self) -> dict[str, float]:
-        port = self._produce_port
+        ports = [p for p in (self._produce_port, self._replication_port) if p is not None]
         calls = [c for c in (self._calls, self._internal_calls) if c is not None]
         return {
             "connections": sum(c.connections.total for c in calls)
-            + (port.counts.total if port else 0),
+            + sum(p.counts.total for p in ports),
             "streams": sum(c.calls for c in calls),
-            "receive_buffer": port.buffer.used if port else 0,
+            "receive_buffer": sum(p.buffer.used for p in ports),
             "txns": len(self.service.txns),
         }
 
@@ -203,6 +214,21 @@ class NodeServer:
             await self._produce_port.start(host.strip("[]") or None, int(port))
         except OSError as exc:
             raise StartupError(f"cannot listen on {where} (--produce-listen): {exc}") from None
+
+    async def _open_replication_port(self, internal_host: str) -> None:
+        """The plain-TCP replication port, unless turned off or TLS is on (it has no TLS):
+        on the internal listener's host, as only peer nodes may reach it."""
+        where = self.config.replication_listen
+        if where == "off" or (self.transport or TransportConfig.from_env()).tls:
+            return
+        if where == "auto":  # the internal host, any free port (followers learn it from Describe)
+            where = f"{internal_host}:0"
+        host, _, port = where.rpartition(":")
+        self._replication_port = ReplicationPort(self.wal.replication, self.service, self.config)
+        try:
+            await self._replication_port.start(host.strip("[]") or None, int(port))
+        except OSError as exc:
+            raise StartupError(f"cannot listen on {where} (--replication-listen): {exc}") from None
 
     async def _open_probe_port(self) -> None:
         """The probe port (node/probe_port.py), unless turned off; CollectStatus names it."""
@@ -224,6 +250,7 @@ class NodeServer:
                 server_id=self.config.node_id,
                 produce_port=self.produce_port,
                 internal_port=self.internal_port,
+                replication_port=self.replication_port,
             )
 
         return grpc.method_handlers_generic_handler(
@@ -269,6 +296,7 @@ class NodeServer:
             self._server.stop(grace) if self._server else asyncio.sleep(0),
             self._internal_server.stop(grace) if self._internal_server else asyncio.sleep(0),
             self._produce_port.stop(grace) if self._produce_port else asyncio.sleep(0),
+            self._replication_port.stop(grace) if self._replication_port else asyncio.sleep(0),
         )
 
     async def serve_forever(self) -> None:

@@ -255,7 +255,7 @@ class NodeService:
             if not self.serving:
                 raise OnShutdown("node is shutting down")
             repl = self.wal.replication
-            await repl.serve(repl.open_stream(first, context.write), request_iterator)
+            await repl.serve(repl.open_stream(first, context.write, "grpc"), request_iterator)
         except StreamingError as err:
             await _abort(context, err)
 
