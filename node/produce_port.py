@@ -326,7 +326,7 @@ class _Connection(wire.FramedProtocol, PushedRequests):
 class ProducePort:
     """Listens next to the gRPC server; every connection is one Produce stream."""
 
-    def __init__(self, service, config: NodeConfig) -> None:
+    def __init__(self, service, config: NodeConfig, buffer: ReceiveBuffer) -> None:
         self.service = service
         self.config = config
         self.counts = PeerCounts(
@@ -336,7 +336,7 @@ class ProducePort:
             "connections_per_peer",
             "produce-port connections",
         )
-        self.buffer = ReceiveBuffer(config.max_receive_buffer_bytes)
+        self.buffer = buffer  # the node's, shared with the replication port
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task] = set()
         # every counted connection -> (its progress, since when it has not moved)

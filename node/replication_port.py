@@ -200,7 +200,9 @@ class _Connection(wire.FramedProtocol):
 class ReplicationPort:
     """Listens next to the internal listener; every connection is one follower's stream."""
 
-    def __init__(self, replication: Replication, service, config: NodeConfig) -> None:
+    def __init__(
+        self, replication: Replication, service, config: NodeConfig, buffer: ReceiveBuffer
+    ) -> None:
         self.replication = replication
         self._service = service
         self.config = config
@@ -211,7 +213,7 @@ class ReplicationPort:
             "connections_per_peer",
             "replication-port connections",
         )
-        self.buffer = ReceiveBuffer(config.max_receive_buffer_bytes)
+        self.buffer = buffer  # the node's, shared with the produce port
         self._server: asyncio.Server | None = None
         self._streams: set[asyncio.Task] = set()
         self._open: set[_Connection] = set()

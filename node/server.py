@@ -32,12 +32,12 @@ log = logging.getLogger("streamwal.node")
 
 
 def raise_fd_limit(connections: int) -> None:
-    """Raise the soft limit on open files to the hard one: its three listeners may hold
+    """Raise the soft limit on open files to the hard one: its four listeners may hold
     `connections` sockets each, and a node at its file limit locks every client out."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    needed = 3 * connections + 256
+    needed = 4 * connections + 256
     if hard != resource.RLIM_INFINITY and hard < needed:
         log.warning(
             "open-file limit below the connection limits",
@@ -55,6 +55,8 @@ class NodeServer:
         self._metrics_server = None
         self._produce_port: ProducePort | None = None
         self._replication_port: ReplicationPort | None = None
+        # Frames arriving in part on the produce and replication ports, both together.
+        self._receive_buffer = limits.ReceiveBuffer(config.max_receive_buffer_bytes)
         self.internal_port = 0  # 0: the internal services share `port` (or not started)
         self._internal_server: aio.Server | None = None
         self._internal_calls: CallLimits | None = None
@@ -197,7 +199,7 @@ class NodeServer:
             "connections": sum(c.connections.total for c in calls)
             + sum(p.counts.total for p in ports),
             "streams": sum(c.calls for c in calls),
-            "receive_buffer": sum(p.buffer.used for p in ports),
+            "receive_buffer": self._receive_buffer.used,
             "txns": len(self.service.txns),
         }
 
@@ -209,7 +211,7 @@ class NodeServer:
         if where == "auto":  # the gRPC host, any free port (clients learn it from Describe)
             where = f"{self.config.listen.rpartition(':')[0]}:0"
         host, _, port = where.rpartition(":")
-        self._produce_port = ProducePort(self.service, self.config)
+        self._produce_port = ProducePort(self.service, self.config, self._receive_buffer)
         try:
             await self._produce_port.start(host.strip("[]") or None, int(port))
         except OSError as exc:
@@ -224,7 +226,9 @@ class NodeServer:
         if where == "auto":  # the internal host, any free port (followers learn it from Describe)
             where = f"{internal_host}:0"
         host, _, port = where.rpartition(":")
-        self._replication_port = ReplicationPort(self.wal.replication, self.service, self.config)
+        self._replication_port = ReplicationPort(
+            self.wal.replication, self.service, self.config, self._receive_buffer
+        )
         try:
             await self._replication_port.start(host.strip("[]") or None, int(port))
         except OSError as exc:
