@@ -31,15 +31,15 @@ from google.protobuf.message import DecodeError
 
 from streamwal import wire
 from streamwal.errors import InvalidArgument, OnShutdown, StreamingError
-from streamwal.node import validation
+from streamwal.node import plain_port, validation
 from streamwal.node.config import NodeConfig
-from streamwal.node.limits import LimitExceeded, PeerCounts, ReceiveBuffer
+from streamwal.node.limits import LimitExceeded, ReceiveBuffer
 from streamwal.node.replication import LeaderStream, Replication
 from streamwal.proto import streaming_pb2 as pb
 
 log = logging.getLogger("streamwal.node.replication_port")
 
-CLOSE_GRACE_S = 1.0  # a refused connection's last frame gets this long to go out
+CLOSE_GRACE_S = plain_port.CLOSE_GRACE_S
 JOIN_BYTES = 64 * 1024  # an entry below this is copied behind its header, one write
 
 
@@ -92,16 +92,9 @@ class _Connection(wire.FramedProtocol):
     def _pump(self) -> None:
         while not self._done:
             try:
-                got = self.cutter.next()
-                if got is None and self._eof:
-                    self.cutter.check_ended()
-            except wire.FrameTooLarge as exc:
-                self.refuse(
-                    LimitExceeded("frame_size", f"a frame of {exc.length} bytes is over the limit")
-                )
-                break
-            except wire.FrameError as exc:
-                self.refuse(InvalidArgument(f"malformed replication port frame: {exc}"))
+                got = plain_port.next_frame(self.cutter, self._eof, "replication port")
+            except StreamingError as err:
+                self.refuse(err)
                 break
             if got is None:
                 if self._eof:
@@ -111,17 +104,10 @@ class _Connection(wire.FramedProtocol):
                 break
             self._take(*got)
         held = self.cutter.buffered() if not self._done else 0
-        if held != self.charged:
-            if self._port.buffer.resize(self.charged, held):
-                self.charged = held
-            else:
-                self.refuse(
-                    LimitExceeded(
-                        "receive_buffer",
-                        f"the node holds {self._port.buffer.used} bytes of frames still "
-                        "arriving, its limit",
-                    )
-                )
+        try:
+            self.charged = plain_port.charge(self._port.buffer, self.charged, held)
+        except LimitExceeded as err:
+            self.refuse(err)
 
     def _take(self, kind: int, body: memoryview) -> None:
         if kind != wire.REPLICA_ACK:
@@ -197,59 +183,24 @@ class _Connection(wire.FramedProtocol):
             )
 
 
-class ReplicationPort:
+class ReplicationPort(plain_port.PlainPort):
     """Listens next to the internal listener; every connection is one follower's stream."""
 
     def __init__(
         self, replication: Replication, service, config: NodeConfig, buffer: ReceiveBuffer
     ) -> None:
+        super().__init__(config, buffer, "replication-port")
         self.replication = replication
         self._service = service
-        self.config = config
-        self.counts = PeerCounts(
-            config.max_connections,
-            config.max_connections_per_peer,
-            "connections",
-            "connections_per_peer",
-            "replication-port connections",
-        )
-        self.buffer = buffer  # the node's, shared with the produce port
-        self._server: asyncio.Server | None = None
-        self._streams: set[asyncio.Task] = set()
-        self._open: set[_Connection] = set()
-        self._watcher: asyncio.Task | None = None
-        self.port = 0
 
-    async def start(self, host: str | None, port: int) -> int:
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: _Connection(self), host, port, reuse_address=True
-        )
-        self.port = self._server.sockets[0].getsockname()[1]
-        self._watcher = asyncio.ensure_future(self._watch())
-        return self.port
+    def _connect(self) -> _Connection:
+        return _Connection(self)
 
     def serving(self) -> bool:
         return bool(self._service.serving)
 
     def count_limit(self, err: StreamingError) -> None:
         self._service.count_limit(err)
-
-    def admit(self, conn: _Connection, peer: str) -> None:
-        self.counts.admit(peer)
-        conn.peer = peer
-        self._open.add(conn)
-
-    def closed(self, conn: _Connection) -> None:
-        if conn in self._open:
-            self._open.discard(conn)
-            self.counts.release(conn.peer)
-        self.buffer.resize(conn.charged, 0)
-        conn.charged = 0
-
-    def opened(self, task: asyncio.Task) -> None:
-        self._streams.add(task)
-        task.add_done_callback(self._streams.discard)
 
     async def _watch(self) -> None:
         """New connections' header timeouts, checked a few times per timeout."""
@@ -259,20 +210,4 @@ class ReplicationPort:
             await asyncio.sleep(period)
             now = loop.time()
             for conn in list(self._open):
-                conn.check_header(now)
-
-    async def stop(self, grace: float) -> None:
-        """Stop accepting; give open streams `grace` seconds to end (as gRPC gives its
-        calls), then cut them."""
-        if self._server is None:
-            return
-        self._server.close()
-        if self._watcher is not None:
-            self._watcher.cancel()
-        if self._streams:
-            _, late = await asyncio.wait(self._streams, timeout=grace)
-            for task in late:
-                task.cancel()
-            if late:
-                await asyncio.wait(late, timeout=1.0)
-        self._server = None
+                conn.check_header(now)  # type: ignore[attr-defined]

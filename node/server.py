@@ -145,8 +145,7 @@ class NodeServer:
             else:
                 internal_host = where.rpartition(":")[0]
             self.internal_port = self._bind(self._internal_server, where, "--internal-listen")
-        await self._open_produce_port()
-        await self._open_replication_port(internal_host)
+        await self._open_plain_ports(internal_host)
         await self._open_probe_port()
         await server.start()
         self._server = server
@@ -203,36 +202,38 @@ class NodeServer:
             "txns": len(self.service.txns),
         }
 
-    async def _open_produce_port(self) -> None:
-        """The plain-TCP produce port, unless turned off or TLS is on (it has no TLS)."""
-        where = self.config.produce_listen
-        if where == "off" or (self.transport or TransportConfig.from_env()).tls:
+    async def _open_plain_ports(self, internal_host: str) -> None:
+        """The plain-TCP produce and replication ports, unless turned off or TLS is on
+        (they have no TLS). The produce port on the gRPC host, the replication port on
+        the internal listener's, as only peer nodes may reach it; "auto" takes any free
+        port there (clients and followers learn it from Describe)."""
+        if (self.transport or TransportConfig.from_env()).tls:
             return
-        if where == "auto":  # the gRPC host, any free port (clients learn it from Describe)
-            where = f"{self.config.listen.rpartition(':')[0]}:0"
-        host, _, port = where.rpartition(":")
-        self._produce_port = ProducePort(self.service, self.config, self._receive_buffer)
-        try:
-            await self._produce_port.start(host.strip("[]") or None, int(port))
-        except OSError as exc:
-            raise StartupError(f"cannot listen on {where} (--produce-listen): {exc}") from None
+        cfg = self.config
+        if cfg.produce_listen != "off":
+            self._produce_port = ProducePort(self.service, cfg, self._receive_buffer)
+            await self._start_plain(
+                self._produce_port, cfg.produce_listen, cfg.listen.rpartition(":")[0], "produce"
+            )
+        if cfg.replication_listen != "off":
+            self._replication_port = ReplicationPort(
+                self.wal.replication, self.service, cfg, self._receive_buffer
+            )
+            await self._start_plain(
+                self._replication_port, cfg.replication_listen, internal_host, "replication"
+            )
 
-    async def _open_replication_port(self, internal_host: str) -> None:
-        """The plain-TCP replication port, unless turned off or TLS is on (it has no TLS):
-        on the internal listener's host, as only peer nodes may reach it."""
-        where = self.config.replication_listen
-        if where == "off" or (self.transport or TransportConfig.from_env()).tls:
-            return
-        if where == "auto":  # the internal host, any free port (followers learn it from Describe)
-            where = f"{internal_host}:0"
-        host, _, port = where.rpartition(":")
-        self._replication_port = ReplicationPort(
-            self.wal.replication, self.service, self.config, self._receive_buffer
-        )
+    @staticmethod
+    async def _start_plain(
+        port: ProducePort | ReplicationPort, where: str, auto_host: str, name: str
+    ) -> None:
+        if where == "auto":
+            where = f"{auto_host}:0"
+        host, _, number = where.rpartition(":")
         try:
-            await self._replication_port.start(host.strip("[]") or None, int(port))
+            await port.start(host.strip("[]") or None, int(number))
         except OSError as exc:
-            raise StartupError(f"cannot listen on {where} (--replication-listen): {exc}") from None
+            raise StartupError(f"cannot listen on {where} (--{name}-listen): {exc}") from None
 
     async def _open_probe_port(self) -> None:
         """The probe port (node/probe_port.py), unless turned off; CollectStatus names it."""
