@@ -7,6 +7,7 @@ part to the node's receive buffer."""
 from __future__ import annotations
 
 import asyncio
+import socket
 from typing import Protocol
 
 from streamwal import wire
@@ -16,12 +17,35 @@ from streamwal.node.limits import LimitExceeded, PeerCounts, ReceiveBuffer
 
 CLOSE_GRACE_S = 1.0  # a refused connection's last frames get this long to go out
 BACKLOG = 1024  # connections the kernel queues for accept (asyncio's default is 100)
+# A peer silent this long (s) is probed, and given this long to answer: gRPC's keepalive
+# (common/transport.py), so a replication stream over a partitioned link ends as a gRPC
+# one would, and the follower reconnects once it heals.
+KEEPALIVE_S, KEEPALIVE_TIMEOUT_S = 10, 5
 
 
 class Connection(Protocol):
     peer: str  # the peer's address, once counted against the connection limits
     opened_at: float  # loop time
     charged: int  # bytes held in part, charged to the node's receive buffer
+
+
+def keep_alive(transport: asyncio.BaseTransport) -> None:
+    """Give up on a peer that stops answering: TCP keepalive probes when the connection is
+    idle, and a bound on how long sent data may stay unacknowledged (TCP_USER_TIMEOUT)
+    when it is not; either way the connection is lost within ~15 s instead of TCP's
+    retransmissions for many minutes. Linux; elsewhere only SO_KEEPALIVE."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (
+        ("TCP_KEEPIDLE", KEEPALIVE_S),
+        ("TCP_KEEPINTVL", KEEPALIVE_TIMEOUT_S),
+        ("TCP_KEEPCNT", 1),
+        ("TCP_USER_TIMEOUT", (KEEPALIVE_S + KEEPALIVE_TIMEOUT_S) * 1000),
+    ):
+        if hasattr(socket, name):
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
 
 
 def next_frame(cutter: wire.FrameCutter, eof: bool, port: str) -> tuple[int, memoryview] | None:

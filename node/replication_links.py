@@ -21,6 +21,7 @@ from google.protobuf.message import DecodeError
 from streamwal import wire
 from streamwal.errors import Inner, StreamingError, Unavailable
 from streamwal.grpc_errors import from_rpc_error
+from streamwal.node import plain_port
 from streamwal.proto import streaming_pb2 as pb
 from streamwal.transport import TransportConfig, describe_node, internal_of, make_channel
 
@@ -82,6 +83,10 @@ class WireLink(wire.FramedProtocol):
         self._ended = False
         self._eof = False
         self._broken: Exception | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        plain_port.keep_alive(transport)
 
     def data_received(self, data: bytes) -> None:
         if not self._ended:

@@ -19,7 +19,8 @@ address, the largest frame (refused from its header), the bytes of frames still
 arriving on all connections, and a new connection's header timeout. An open stream is
 never idle by the idle timeout (as gRPC counts only connections without calls): a
 follower of a quiet pchannel keeps its stream, and the leader's window bounds what it
-sends. What the leader writes waits while the socket's buffer is full.
+sends. What the leader writes waits while the socket's buffer is full. Both ends give up
+on a peer that stops answering as gRPC's keepalive would (`plain_port.keep_alive`).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class _Connection(wire.FramedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
+        plain_port.keep_alive(transport)
         peer = transport.get_extra_info("peername")
         try:
             self._port.admit(self, str(peer[0]) if isinstance(peer, tuple) else str(peer))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import socket
 
 import grpc
+import pytest
 
 from streamwal.node import replication_links
 from streamwal.proto import wire_pb2
@@ -60,7 +61,19 @@ async def test_a_follower_takes_the_port_when_it_answers_and_grpc_otherwise() ->
                 link = await replication_links.connect(address)
                 try:
                     assert isinstance(link, kind), (port, link)
+                    if isinstance(link, replication_links.WireLink):
+                        _assert_keeps_alive(link.transport.get_extra_info("socket"))
                 finally:
                     await link.close()
             finally:
                 await server.stop(None)
+
+
+def _assert_keeps_alive(sock) -> None:
+    """A silent leader is given up as gRPC's keepalive would (10 s idle + 5 s), so the
+    follower reconnects after a partition heals instead of waiting out TCP's retries."""
+    assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+    if not hasattr(socket, "TCP_USER_TIMEOUT"):
+        pytest.skip("not Linux")
+    assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 15_000
+    assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 10
