@@ -7,9 +7,7 @@ same warm-up: one-at-a-time sends, the pipelined produce run (bench node's frame
 flight) and the catch-up read of that run. For each phase, divided by the messages: CPU
 time on all the node's threads (/proc/PID/task/*/schedstat, nanoseconds; Linux only), on
 its event-loop thread alone, of this process (`time.process_time`) and of its event-loop
-thread; the bytes the node sent to storage (/proc/PID/io write_bytes: the WAL's writes,
-and those of the flushes and compactions that ran meanwhile); and the wall-clock rate,
-for reference only. Runs against any tree with the same
+thread; and the wall-clock rate, for reference only. Runs against any tree with the same
 bench.node and LocalNode (an A/B against an older commit: that tree's python running
 this file by path). The last stdout line is one JSON object.
 
@@ -54,16 +52,6 @@ def node_cpu(pid: int) -> tuple[float, float]:
     return total / 1e9, main / 1e9
 
 
-def node_write_bytes(pid: int) -> int:
-    """Bytes the process has sent to storage so far (page-cache writes count as they are
-    dirtied, so a write is counted before it reaches the disk)."""
-    with open(f"/proc/{pid}/io") as f:
-        for line in f:
-            if line.startswith("write_bytes:"):
-                return int(line.split()[1])
-    raise RuntimeError(f"/proc/{pid}/io has no write_bytes")
-
-
 class Phase:
     """CPU and wall time spent between `__enter__` and `done(messages)`."""
 
@@ -72,7 +60,6 @@ class Phase:
 
     def __enter__(self) -> Phase:
         self.node = node_cpu(self.pid)
-        self.written = node_write_bytes(self.pid)
         self.client = time.process_time()
         self.client_loop = time.thread_time()
         self.wall = time.perf_counter()
@@ -82,7 +69,6 @@ class Phase:
         node = node_cpu(self.pid)
         self.node_s = node[0] - self.node[0]
         self.loop_s = node[1] - self.node[1]
-        self.written_bytes = node_write_bytes(self.pid) - self.written
         # The thread's clock is read inside the process's at both ends, so the loop
         # thread's share never exceeds the process's (a run of 8,192 messages showed
         # 923.29 against 923.10 ns with the end readings the other way round).
@@ -96,7 +82,6 @@ class Phase:
             "node_loop": round(self.loop_s / messages * unit, 2),
             "client": round(self.client_s / messages * unit, 2),
             "client_loop": round(self.client_loop_s / messages * unit, 2),
-            "node_write_bytes": round(self.written_bytes / messages),
             "msgs_per_s": round(messages / self.wall_s),
         }
 

@@ -83,22 +83,11 @@ def test_node_cpu_prints_each_phases_cpu_per_message_as_json() -> None:
         "consume_ns_per_msg",
     }
     for phase in result.values():
-        assert set(phase) == {
-            "node",
-            "node_loop",
-            "client",
-            "client_loop",
-            "node_write_bytes",
-            "msgs_per_s",
-        }
+        assert set(phase) == {"node", "node_loop", "client", "client_loop", "msgs_per_s"}
         # the node's threads include its event loop; this process includes its loop thread
         assert 0 < phase["node_loop"] <= phase["node"], result
         assert 0 < phase["client_loop"] <= phase["client"], result
         assert phase["msgs_per_s"] > 0
-    # every acknowledged message went through the synced WAL (its 4 KiB at least once);
-    # a read writes nothing of the log
-    assert result["produce_ns_per_msg"]["node_write_bytes"] >= 4096, result
-    assert result["consume_ns_per_msg"]["node_write_bytes"] < 4096, result
 
 
 @pytest.mark.timeout(120)
