@@ -70,8 +70,8 @@ class AppendedBatch(Sequence[Appended]):
     consecutive offsets and ticks from the first. Each is made when it is read: a list
     of 512 frozen `Appended` cost ~460 ns a message, about a third of a pipelined
     producer's CPU at RF=3 (docs/benchmarks.md), for results most callers never read.
-    Indexing, slicing, iteration, `len` and equality with other sequences of `Appended`
-    (a list) behave as a list's would."""
+    Indexing, slicing, iteration, `len`, `+` and equality with other sequences of
+    `Appended` (a list) behave as a list's would."""
 
     __slots__ = ("_count", "_offset", "_tick")
 
@@ -97,6 +97,12 @@ class AppendedBatch(Sequence[Appended]):
                 a == b for a, b in zip(self, other, strict=True)
             )
         return NotImplemented
+
+    def __add__(self, other: Iterable[Appended]) -> list[Appended]:
+        return [*self, *other]
+
+    def __radd__(self, other: Iterable[Appended]) -> list[Appended]:
+        return [*other, *self]
 
     __hash__ = None  # type: ignore[assignment]  # a list's is too
 

@@ -17,6 +17,8 @@ def test_an_appended_batch_reads_as_the_list_it_stands_for() -> None:
     assert Appended(11, 101) in batch and batch.index(Appended(12, 102)) == 2
     assert batch != expected[:2] and batch != [*expected[:2], Appended(12, 999)]
     assert repr(batch) == repr(expected)
+    assert batch + AppendedBatch(13, 103, 1) == [*expected, Appended(13, 103)]
+    assert [Appended(9, 99)] + batch == [Appended(9, 99), *expected]  # noqa: RUF005
     with pytest.raises(IndexError):
         batch[3]
     with pytest.raises(IndexError):
