@@ -25,9 +25,10 @@ from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 from streamwal import transport
 from streamwal.bench import stats
 from streamwal.bench.noop_server import CONSUMER_HEADER, PRODUCER_HEADER
-from streamwal.bench.procs import HOST, OneServer, Server, free_port, port_open
+from streamwal.bench.procs import HOST, OneServer, Server, port_open
 from streamwal.proto import streaming_pb2 as pb
 from streamwal.proto import streaming_pb2_grpc as pbg
+from streamwal.testing.local_node import free_port
 
 _U64 = struct.Struct(">Q")
 _RECORD_PAD = bytes(24)  # node/records.py's header is 28 bytes, its count last

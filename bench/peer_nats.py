@@ -17,7 +17,8 @@ from pathlib import Path
 import nats
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 
-from streamwal.bench.procs import HOST, OneServer, Server, free_port, port_open, stop_all
+from streamwal.bench.procs import HOST, OneServer, Server, port_open, stop_all
+from streamwal.testing.local_node import free_port
 
 DURABILITY = (
     "JetStream file storage, 1 replica: acked once written to the OS; "

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
-from streamwal.bench.procs import HOST, OneServer, Server, free_port, port_open, stop_all
+from streamwal.bench.procs import HOST, OneServer, Server, port_open, stop_all
+from streamwal.testing.local_node import free_port
 
 _DURABILITY = {
     "everysec": "AOF appendfsync everysec: acked once in the OS, fsync once a second "

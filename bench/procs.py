@@ -6,7 +6,6 @@ import asyncio
 import atexit
 import contextlib
 import os
-import socket
 import subprocess
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -21,13 +20,6 @@ def _stop_all() -> None:
     """A benchmark cut short (Ctrl-C, SIGTERM, a crash) still leaves no server behind."""
     for server in list(_LIVE):
         server.stop(grace=2.0)
-
-
-def free_port() -> int:
-    """A port the kernel just handed out on loopback (free unless someone races us)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
 
 
 class Server:

@@ -13,7 +13,14 @@ nanoseconds; Linux only), this process's (`time.process_time`), and the rate for
 reference. The last stdout line is one JSON object: per producer count, the median of each
 figure over the rounds and every round.
 
+`--open-loop RATE` measures compare's open-loop latency workload instead: one producer
+sending one message at a time at RATE a second for `--seconds` (compare's 1,000/s, 5 s),
+each send's CPU per process and the round's p50 / p99 (ms), `--rounds` rounds (and the
+produce runs too if `--producers` is given): where a one-at-a-time quorum send's CPU goes,
+and what it does to the tail.
+
 Usage: python -m streamwal.bench.quorum_cpu [--messages N] [--rounds R] [--replicas N]
+       python -m streamwal.bench.quorum_cpu --open-loop 1000 [--seconds S] [--rounds R]
 """
 
 from __future__ import annotations
@@ -35,7 +42,14 @@ STREAM = "quorum-cpu"
 SIZE = 128
 
 
-async def measure(messages: int, rounds: int, replicas: int, producers: tuple[int, ...]) -> dict:
+async def measure(
+    messages: int,
+    rounds: int,
+    replicas: int,
+    producers: tuple[int, ...],
+    open_loop: float = 0.0,
+    seconds: float = 5.0,
+) -> dict:
     system = Streamwal(replicas=replicas)
     out: dict = {"replicas": replicas, "size": SIZE, "durability": ""}
     with tempfile.TemporaryDirectory(prefix="quorum-cpu-") as tmp:
@@ -45,28 +59,46 @@ async def measure(messages: int, rounds: int, replicas: int, producers: tuple[in
             await system.create_stream(STREAM)
             warm = wl.Plan(produce_count=20_000, produce_seconds=2.0)
             await wl.produce_throughput(system, STREAM, warm, SIZE, 1)
+            if open_loop:
+                plan = wl.Plan(0, 0.0, latency_rate=open_loop, latency_seconds=seconds)
+                runs = [await _run_open_loop(system, plan) for _ in range(rounds)]
+                out[f"open_loop_{open_loop:g}"] = _summary(runs)
             plan = wl.Plan(produce_count=messages, produce_seconds=30.0)
             for count in producers:
                 runs = [await _run(system, plan, count) for _ in range(rounds)]
-                out[f"x{count}"] = {
-                    "median": {k: statistics.median(r[k] for r in runs) for k in runs[0]},
-                    "rounds": runs,
-                }
+                out[f"x{count}"] = _summary(runs)
         finally:
             await system.stop()
     return out
 
 
+def _summary(runs: list[dict[str, float]]) -> dict:
+    return {"median": {k: statistics.median(r[k] for r in runs) for k in runs[0]}, "rounds": runs}
+
+
 async def _run(system: Streamwal, plan: wl.Plan, producers: int) -> dict[str, float]:
     """One produce run: ns of CPU per acknowledged message of each process."""
+    return await _cpu(
+        system, wl.produce_throughput(system, STREAM, plan, SIZE, producers), "msgs_per_s"
+    )
+
+
+async def _run_open_loop(system: Streamwal, plan: wl.Plan) -> dict[str, float]:
+    """One open-loop round: ns of CPU per acknowledged send of each process, and its tail."""
+    return await _cpu(system, wl.produce_latency(system, STREAM, plan, SIZE), "p50_ms", "p99_ms")
+
+
+async def _cpu(system: Streamwal, workload, *keep: str) -> dict[str, float]:
+    """Run `workload` (its result counts acknowledged messages in `count`): its `keep`
+    figures, and each process's CPU per acknowledged message (ns)."""
     pids = system.pids
     before = [node_cpu(pid) for pid in pids]
     client = time.process_time()
-    result = await wl.produce_throughput(system, STREAM, plan, SIZE, producers)
+    result = await workload
     client = time.process_time() - client
     after = [node_cpu(pid) for pid in pids]
     n = result["count"]
-    row = {"msgs_per_s": round(result["msgs_per_s"])}
+    row = {k: round(result[k], 3) for k in keep}
     for i, (b, a) in enumerate(zip(before, after, strict=True)):
         name = "leader" if i == 0 else f"follower{i}"
         row[f"{name}_ns"] = round((a[0] - b[0]) / n * 1e9)
@@ -91,15 +123,39 @@ def main() -> None:
         "--producers",
         type=int,
         nargs="+",
-        default=[1, 4],
-        help="Producer counts to run, each a client of its own (compare's x1 and x4).",
+        default=None,
+        help="Producer counts to run, each a client of its own (default: compare's x1 and "
+        "x4, none with --open-loop).",
+    )
+    parser.add_argument(
+        "--open-loop",
+        type=float,
+        default=0.0,
+        metavar="RATE",
+        help="Measure one-at-a-time sends at RATE a second instead (compare's open loop).",
+    )
+    parser.add_argument(
+        "--seconds", type=float, default=5.0, help="Length of each --open-loop round."
     )
     args = parser.parse_args()
+    if args.producers is None:
+        args.producers = [] if args.open_loop else [1, 4]
     if args.replicas < 3 or args.replicas % 2 == 0:
         parser.error(f"--replicas must be odd and at least 3, got {args.replicas}")
-    if args.messages < 1 or args.rounds < 1 or min(args.producers) < 1:
+    if args.messages < 1 or args.rounds < 1 or min(args.producers, default=1) < 1:
         parser.error("--messages, --rounds and --producers must be at least 1")
-    result = uvloop.run(measure(args.messages, args.rounds, args.replicas, tuple(args.producers)))
+    if args.open_loop < 0 or args.seconds <= 0:
+        parser.error("--open-loop must not be negative and --seconds must be positive")
+    result = uvloop.run(
+        measure(
+            args.messages,
+            args.rounds,
+            args.replicas,
+            tuple(args.producers),
+            args.open_loop,
+            args.seconds,
+        )
+    )
     print(json.dumps(result))
 
 

@@ -18,7 +18,8 @@ from pathlib import Path
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from streamwal import transport
-from streamwal.bench.procs import HOST, Server, free_port, stop_all
+from streamwal.bench.procs import HOST, Server, stop_all
+from streamwal.testing.local_node import free_port
 
 TERM = 1
 DURABILITY = {

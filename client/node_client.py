@@ -19,7 +19,7 @@ from grpc import aio
 from streamwal.client.consumed import ConsumedBatch, ConsumedMessage
 from streamwal.client.node_streams import open_stream
 from streamwal.client.policy import DeliverFilter, DeliverPolicy
-from streamwal.client.producer import Appended, Producer
+from streamwal.client.producer import Appended, AppendedBatch, Producer
 from streamwal.errors import StreamingError, Unavailable
 from streamwal.grpc_errors import from_rpc_error
 from streamwal.ids import decode_offset, encode_offset
@@ -499,6 +499,7 @@ class Consumer:
 
 __all__ = [
     "Appended",
+    "AppendedBatch",
     "ConsumedMessage",
     "Consumer",
     "NodeClient",

@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from grpc import aio
@@ -63,6 +63,51 @@ class Appended:
 
     offset: int
     time_tick: int
+
+
+class AppendedBatch(Sequence[Appended]):
+    """Where a batch's messages landed: one `Appended` per message, in order, at
+    consecutive offsets and ticks from the first. Each is made when it is read: a list
+    of 512 frozen `Appended` cost ~460 ns a message, about a third of a pipelined
+    producer's CPU at RF=3 (docs/benchmarks.md), for results most callers never read.
+    Indexing, slicing, iteration, `len`, `+` and equality with other sequences of
+    `Appended` (a list) behave as a list's would."""
+
+    __slots__ = ("_count", "_offset", "_tick")
+
+    def __init__(self, offset: int, time_tick: int, count: int) -> None:
+        self._offset, self._tick, self._count = offset, time_tick, count
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, index):  # int -> Appended, slice -> list[Appended]
+        if isinstance(index, slice):
+            return [Appended(self._offset + i, self._tick + i) for i in range(self._count)[index]]
+        i = range(self._count)[index]  # IndexError and negative indices as a list's
+        return Appended(self._offset + i, self._tick + i)
+
+    def __iter__(self) -> Iterator[Appended]:
+        for i in range(self._count):
+            yield Appended(self._offset + i, self._tick + i)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, str | bytes):
+            return len(other) == self._count and all(
+                a == b for a, b in zip(self, other, strict=True)
+            )
+        return NotImplemented
+
+    def __add__(self, other: Iterable[Appended]) -> list[Appended]:
+        return [*self, *other]
+
+    def __radd__(self, other: Iterable[Appended]) -> list[Appended]:
+        return [*other, *self]
+
+    __hash__ = None  # type: ignore[assignment]  # a list's is too
+
+    def __repr__(self) -> str:
+        return repr(list(self))
 
 
 def fail_ops(ops: Iterable[Op], err: BaseException) -> None:
@@ -265,15 +310,15 @@ class Producer:
         msg_type: int | None = None,
         properties: Mapping[str, str] | None = None,
         barrier_time_tick: int = 0,
-    ) -> list[Appended]:
+    ) -> AppendedBatch:
         """Append all payloads as one atomic batch (same vchannel, type and properties);
-        their ticks are above `barrier_time_tick`."""
+        their ticks are above `barrier_time_tick`. Where each landed, in order."""
         blob = self._props(vchannel, msg_type, properties)
         entries = encoding.encode_entries(payloads, blob)
         if not entries:
-            return []
+            return AppendedBatch(0, 0, 0)
         base, tick = await self.send_batch(entries, barrier_time_tick)
-        return [Appended(base + i, tick + i) for i in range(len(entries))]
+        return AppendedBatch(base, tick, len(entries))
 
     async def send_batch(
         self, entries: list[bytes], barrier_time_tick: int = 0, sequence: int = 0

@@ -37,7 +37,7 @@ from streamwal.client.discovery import AssignmentWatcher, NoRoute, Route
 from streamwal.client.node_client import NodeClient
 from streamwal.client.policy import DeliverFilter, DeliverPolicy
 from streamwal.client.produce_ledger import Op
-from streamwal.client.producer import Appended, Producer, fail_ops
+from streamwal.client.producer import Appended, AppendedBatch, Producer, fail_ops
 from streamwal.client.txn import Txn
 from streamwal.errors import OnShutdown, StreamingError, Unavailable, is_fencing_error
 from streamwal.transport import Replaced, TransportConfig
@@ -323,7 +323,7 @@ class RoutedProducer:
             lambda p: p.send(payload, vchannel=vchannel, msg_type=msg_type, properties=properties)
         )
 
-    async def send_many(self, payloads: Sequence[bytes], **kwargs) -> list[Appended]:
+    async def send_many(self, payloads: Sequence[bytes], **kwargs) -> AppendedBatch:
         """Append all payloads as one atomic batch."""
         kwargs.setdefault("vchannel", self.vchannel)
         return await self._through(lambda p: p.send_many(payloads, **kwargs))

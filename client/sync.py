@@ -13,7 +13,7 @@ import threading
 from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
-from streamwal.client.node_client import Appended, ConsumedMessage, NodeClient
+from streamwal.client.node_client import Appended, AppendedBatch, ConsumedMessage, NodeClient
 from streamwal.client.policy import DeliverFilter, DeliverPolicy
 from streamwal.client.txn import Txn, TxnResult
 from streamwal.proto import streaming_pb2 as pb
@@ -108,7 +108,7 @@ class SyncProducer:
             )
         )
 
-    def send_many(self, payloads: Iterable[bytes], **kwargs) -> list[Appended]:
+    def send_many(self, payloads: Iterable[bytes], **kwargs) -> AppendedBatch:
         return self._portal.call(self._producer.send_many(list(payloads), **kwargs))
 
     def close(self) -> None:

@@ -252,27 +252,39 @@ DESCRIBE = "/streamwal.wire.StreamingNodeInfoService/Describe"
 DESCRIBE_TIMEOUT_S = 5.0
 
 
-async def internal_address(
+async def describe_node(
     address: str, config: TransportConfig | None = None, timeout: float = DESCRIBE_TIMEOUT_S
-) -> str:
-    """The address of the node's internal listener (manager and replication services),
-    given the gRPC address clients use: the node's Describe names the internal port on
-    the same host; 0 (a node run with --internal-listen shared) means that same address.
-
-    Asked at every new channel rather than remembered, so a node restarted on another
-    internal port is found again by the caller's ordinary reconnect."""
+) -> wire_pb2.DescribeNodeResponse:
+    """The Describe answer of the node clients reach at `address` (grpc.RpcError if none)."""
     channel = make_channel(address, config)
     try:
-        answer = await channel.unary_unary(
+        return await channel.unary_unary(
             DESCRIBE,
             request_serializer=wire_pb2.DescribeNodeRequest.SerializeToString,
             response_deserializer=wire_pb2.DescribeNodeResponse.FromString,
         )(wire_pb2.DescribeNodeRequest(), timeout=timeout)
     finally:
         await channel.close()
+
+
+def internal_of(address: str, answer: wire_pb2.DescribeNodeResponse) -> str:
+    """The internal listener's address, from the node's gRPC address and its Describe: the
+    internal port on the same host; 0 (a node run with --internal-listen shared) means
+    that same address."""
     if not answer.internal_port:
         return address
     return f"{address.rpartition(':')[0]}:{answer.internal_port}"
+
+
+async def internal_address(
+    address: str, config: TransportConfig | None = None, timeout: float = DESCRIBE_TIMEOUT_S
+) -> str:
+    """The address of the node's internal listener (manager and replication services),
+    given the gRPC address clients use (`internal_of`).
+
+    Asked at every new channel rather than remembered, so a node restarted on another
+    internal port is found again by the caller's ordinary reconnect."""
+    return internal_of(address, await describe_node(address, config, timeout))
 
 
 async def make_internal_channel(address: str, config: TransportConfig | None = None) -> aio.Channel:
@@ -337,32 +349,50 @@ class Replaced:
         self._old.clear()
 
 
-def make_channel(address: str, config: TransportConfig | None = None) -> aio.Channel:
-    """A grpc.aio channel to `address`, secured as configured."""
+# A channel of its own connection: gRPC shares connections (subchannels) between the
+# channels a process opens to one address, so a channel made to replace one whose
+# connection went dead would get that same connection back. After a network partition
+# heals, a TCP connection that carried calls into it resends only as its retransmission
+# backoff allows (seconds after 3-4 s of loss); a new connection is up at once.
+_OWN_CONNECTION = ("grpc.use_local_subchannel_pool", 1)
+
+
+def make_channel(
+    address: str, config: TransportConfig | None = None, own_connection: bool = False
+) -> aio.Channel:
+    """A grpc.aio channel to `address`, secured as configured; `own_connection`: on a
+    connection no other channel shares (for channels replaced when theirs goes dead)."""
     config = config or TransportConfig.from_env()
-    if not config.tls:
-        return aio.insecure_channel(address, options=_OPTIONS)
-    creds, options = _secure(config)
+    creds, options = _secure(config, own_connection)
+    if creds is None:
+        return aio.insecure_channel(address, options=options)
     return aio.secure_channel(address, creds, options=options)
 
 
-def make_sync_channel(address: str, config: TransportConfig | None = None) -> grpc.Channel:
+def make_sync_channel(
+    address: str, config: TransportConfig | None = None, own_connection: bool = False
+) -> grpc.Channel:
     """A blocking gRPC channel to `address`, secured as configured (for threads that must
-    not depend on an event loop: the coord's pings)."""
+    not depend on an event loop: the coord's pings); `own_connection` as `make_channel`."""
     config = config or TransportConfig.from_env()
-    if not config.tls:
-        return grpc.insecure_channel(address, options=_OPTIONS)
-    creds, options = _secure(config)
+    creds, options = _secure(config, own_connection)
+    if creds is None:
+        return grpc.insecure_channel(address, options=options)
     return grpc.secure_channel(address, creds, options=options)
 
 
-def _secure(config: TransportConfig) -> tuple[grpc.ChannelCredentials, list]:
+def _secure(
+    config: TransportConfig, own_connection: bool
+) -> tuple[grpc.ChannelCredentials | None, list]:
+    """A channel's credentials (None: plaintext) and options."""
+    options = [*_OPTIONS, _OWN_CONNECTION] if own_connection else list(_OPTIONS)
+    if not config.tls:
+        return None, options
     creds = grpc.ssl_channel_credentials(
         root_certificates=_read(config.ca),
         private_key=_read(config.key),
         certificate_chain=_read(config.cert),
     )
-    options = list(_OPTIONS)
     if config.server_name:
         options.append(("grpc.ssl_target_name_override", config.server_name))
     return creds, options

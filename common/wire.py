@@ -1,6 +1,6 @@
-"""Frames of the node's produce port (proto/wire.proto): length, kind, body.
+"""Frames of the node's produce and replication ports (proto/wire.proto): length, kind, body.
 
-Shared by the node's listener and the client so both sides agree on one definition of
+Shared by the node's listeners and their clients so both sides agree on one definition of
 a frame and of its size limit. A frame that breaks the format raises `FrameError`,
 which the node answers with INVAILD_ARGUMENT before it closes the connection.
 """
@@ -17,6 +17,8 @@ CREATE_PRODUCER = wire_pb2.FRAME_KIND_CREATE_PRODUCER
 PRODUCE_REQUEST = wire_pb2.FRAME_KIND_PRODUCE_REQUEST
 PRODUCE_RESPONSE = wire_pb2.FRAME_KIND_PRODUCE_RESPONSE
 ERROR = wire_pb2.FRAME_KIND_ERROR
+REPLICA_ACK = wire_pb2.FRAME_KIND_REPLICA_ACK
+LOG_ENTRY = wire_pb2.FRAME_KIND_LOG_ENTRY
 KINDS = frozenset(wire_pb2.FrameKind.values()) - {wire_pb2.FRAME_KIND_UNKNOWN}
 
 _HEAD = struct.Struct(">IB")  # body length, frame kind

@@ -705,6 +705,9 @@ class Coordinator:
             self.memory.forget(node)
         if after == Liveness.LIVE:
             self._rebalance_due = True
+            address = self.config.nodes.get(node)
+            if address is not None:
+                self.links.reconnect(address)
         self.wake()
 
     async def _reconcile_loop(self) -> None:

@@ -70,6 +70,9 @@ class Links(Protocol):
         self, address: str, timeout: float
     ) -> pb.StreamingNodeManagerCollectStatusResponse: ...
 
+    def reconnect(self, address: str) -> None:
+        """The node answers again after it did not: reach it on a new connection."""
+
     async def close(self) -> None: ...
 
 

@@ -138,18 +138,32 @@ class NodeLinks:
         self._channels: dict[str, aio.Channel] = {}
         self._stubs: dict[str, _Stubs] = {}
         self._replaced = transport.Replaced()
+        self._stale: set[str] = set()  # nodes whose next call goes on a new connection
         self._unbatched: set[str] = set()  # nodes without the batch service
         self._fences = Coalescer(self._fence_batch)
         self._assigns = Coalescer(self._assign_batch)
         self._removes = Coalescer(self._remove_batch)
 
+    def reconnect(self, address: str) -> None:
+        """The node at `address` answers again after it did not (the coord saw it come
+        back): its next call goes on a new connection. A network partition leaves the
+        old one resending at TCP's backed-off retransmission times, seconds after the
+        partition healed; calls already running on it keep it until they end."""
+        if address in self._channels:
+            self._stale.add(address)
+
     async def _stub(self, address: str, timeout: float) -> _Stubs:
+        if address in self._stale:
+            self._stale.discard(address)
+            self._stubs.pop(address, None)
+            await self._replaced.retire(self._channels.pop(address), time.monotonic())
         stubs = self._stubs.get(address)
         if stubs is None:
             internal = await transport.internal_address(address, self._config, timeout)
             stubs = self._stubs.get(address)  # another call may have made it meanwhile
         if stubs is None:
-            channel = transport.make_channel(internal, self._config)
+            # its own connection, or a replacement would share the one it replaces
+            channel = transport.make_channel(internal, self._config, own_connection=True)
             self._channels[address] = channel
             stubs = self._stubs[address] = _Stubs(
                 pbg.StreamingNodeManagerServiceStub(channel),

@@ -205,8 +205,8 @@ class _ListenOr(Address):
     default=4096,
     show_default=True,
     type=click.IntRange(1, 1_000_000),
-    help="Connections per listener (gRPC, internal, produce port); the node raises its open-file "
-    "limit to hold them all.",
+    help="Connections per listener (gRPC, internal, produce and replication ports); the node "
+    "raises its open-file limit to hold them all.",
 )
 @click.option(
     "--max-connections-per-peer",
@@ -234,24 +234,25 @@ class _ListenOr(Address):
     default="16MiB",
     show_default=True,
     type=Size(64 * KIB, MAX_GRPC_INT),
-    help="Largest request: a gRPC message or a produce-port frame (a batch of messages); "
-    "refused from its length, before its body is read.",
+    help="Largest request: a gRPC message or a produce- or replication-port frame (a batch "
+    "of messages); refused from its length, before its body is read.",
 )
 @click.option(
     "--max-receive-buffer",
     default="64MiB",
     show_default=True,
     type=Size(64 * KIB, 64 * GIB),
-    help="Bytes of produce-port frames still arriving, all connections together (at "
-    "least --max-frame-size); a frame that would go over it is refused.",
+    help="Bytes of produce- and replication-port frames still arriving, all "
+    "connections together (at least --max-frame-size); a frame that would go over it is "
+    "refused.",
 )
 @click.option(
     "--header-timeout",
     default="10s",
     show_default=True,
     type=Duration(0.01, 3600),
-    help="A new connection's handshake (gRPC) or producer header (produce port) must "
-    "arrive within this.",
+    help="A new connection's handshake (gRPC), producer header (produce port) or first "
+    "ReplicaAck (replication port) must arrive within this.",
 )
 @click.option(
     "--idle-timeout",
@@ -259,7 +260,7 @@ class _ListenOr(Address):
     show_default=True,
     type=Duration(0.1, 7 * DAY),
     help="Close a connection idle this long: gRPC without calls, produce port with "
-    "nothing received or answered.",
+    "nothing received or answered (an open replication stream is never idle).",
 )
 @click.option(
     "--startup-verify",
@@ -288,6 +289,17 @@ class _ListenOr(Address):
     help="The produce port (Produce over plain TCP frames, lower latency than gRPC): "
     "HOST:PORT, 'auto' (the --listen host, any free port; clients learn it from the node), "
     "or 'off'. Always off when TLS is configured.",
+)
+@click.option(
+    "--replication-listen",
+    default="auto",
+    show_default=True,
+    type=_ListenOr("auto", "off"),
+    help="The replication port (followers' Replicate streams over plain TCP frames, less "
+    "CPU per replicated record than gRPC): HOST:PORT, 'auto' (the internal listener's "
+    "host, any free port; followers learn it from the node) or 'off' (followers use gRPC). "
+    "Reach it from peer nodes only: a follower's acks count toward a quorum. Always off "
+    "when TLS is configured.",
 )
 @ACCESS_FILE
 @click.option(

@@ -63,6 +63,9 @@ class NodeConfig:
     # The produce port (plain TCP frames, proto/wire.proto): "auto" = the gRPC host on a
     # free port, HOST:PORT, or "off". Closed whenever TLS is configured.
     produce_listen: str = "auto"
+    # The replication port (followers' Replicate streams as plain TCP frames): "auto" = the
+    # internal listener's host on a free port, HOST:PORT, or "off". Closed with TLS.
+    replication_listen: str = "auto"
     # The probe port (node/probe_port.py): "auto" = the gRPC host on a free port,
     # HOST:PORT, or "off".
     probe_listen: str = "auto"

@@ -27,15 +27,15 @@ from google.protobuf.message import DecodeError
 
 from streamwal import wire
 from streamwal.errors import InvalidArgument, OnShutdown, StreamingError
+from streamwal.node import plain_port
 from streamwal.node.config import NodeConfig
-from streamwal.node.limits import LimitExceeded, PeerCounts, ReceiveBuffer
+from streamwal.node.limits import LimitExceeded, ReceiveBuffer
 from streamwal.node.produce_stream import Answer, Malformed, ProduceStream, PushedRequests
 from streamwal.proto import streaming_pb2 as pb
 
 log = logging.getLogger("streamwal.node.produce_port")
 
-CLOSE_GRACE_S = 1.0  # a refused connection's last frames get this long to go out
-BACKLOG = 1024  # connections the kernel queues for accept (asyncio's default is 100)
+CLOSE_GRACE_S = plain_port.CLOSE_GRACE_S
 
 
 def _answer_frame(response: Answer) -> bytes:
@@ -129,16 +129,9 @@ class _Connection(wire.FramedProtocol, PushedRequests):
         """Hand over every whole frame the stream may take now; pause or resume reading."""
         while not self._done and not self._held():
             try:
-                got = self.cutter.next()
-                if got is None and self._eof:
-                    self.cutter.check_ended()
-            except wire.FrameTooLarge as exc:
-                self._take_error(
-                    LimitExceeded("frame_size", f"a frame of {exc.length} bytes is over the limit")
-                )
-                break
-            except wire.FrameError as exc:
-                self._take_error(InvalidArgument(f"malformed produce port frame: {exc}"))
+                got = plain_port.next_frame(self.cutter, self._eof, "produce port")
+            except StreamingError as err:
+                self._take_error(err)
                 break
             if got is None:
                 if self._eof:
@@ -146,17 +139,10 @@ class _Connection(wire.FramedProtocol, PushedRequests):
                 break
             self._take(*got)
         held = self.cutter.buffered() if not self._done else 0
-        if held != self.charged:
-            if self._port.buffer.resize(self.charged, held):
-                self.charged = held
-            else:
-                self._take_error(
-                    LimitExceeded(
-                        "receive_buffer",
-                        f"the node holds {self._port.buffer.used} bytes of frames still "
-                        "arriving, its limit",
-                    )
-                )
+        try:
+            self.charged = plain_port.charge(self._port.buffer, self.charged, held)
+        except LimitExceeded as err:
+            self._take_error(err)
         self._flow()
 
     def _take(self, kind: int, body: memoryview) -> None:
@@ -323,51 +309,15 @@ class _Connection(wire.FramedProtocol, PushedRequests):
             return None
 
 
-class ProducePort:
+class ProducePort(plain_port.PlainPort):
     """Listens next to the gRPC server; every connection is one Produce stream."""
 
-    def __init__(self, service, config: NodeConfig) -> None:
+    def __init__(self, service, config: NodeConfig, buffer: ReceiveBuffer) -> None:
+        super().__init__(config, buffer, "produce-port")
         self.service = service
-        self.config = config
-        self.counts = PeerCounts(
-            config.max_connections,
-            config.max_connections_per_peer,
-            "connections",
-            "connections_per_peer",
-            "produce-port connections",
-        )
-        self.buffer = ReceiveBuffer(config.max_receive_buffer_bytes)
-        self._server: asyncio.Server | None = None
-        self._connections: set[asyncio.Task] = set()
-        # every counted connection -> (its progress, since when it has not moved)
-        self._open: dict[_Connection, tuple[int, float]] = {}
-        self._watcher: asyncio.Task | None = None
-        self.stopping = False
-        self.port = 0
 
-    async def start(self, host: str, port: int) -> int:
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: _Connection(self), host, port, reuse_address=True, backlog=BACKLOG
-        )
-        self.port = self._server.sockets[0].getsockname()[1]
-        self._watcher = asyncio.ensure_future(self._watch())
-        return self.port
-
-    def admit(self, conn: _Connection, peer: str) -> None:
-        self.counts.admit(peer)
-        conn.peer = peer
-        self._open[conn] = (0, conn.opened_at)
-
-    def closed(self, conn: _Connection) -> None:
-        if self._open.pop(conn, None) is not None:
-            self.counts.release(conn.peer)
-        self.buffer.resize(conn.charged, 0)
-        conn.charged = 0
-
-    def opened(self, task: asyncio.Task) -> None:
-        self._connections.add(task)
-        task.add_done_callback(self._connections.discard)
+    def _connect(self) -> _Connection:
+        return _Connection(self)
 
     async def _watch(self) -> None:
         """Every connection's header and idle timeouts, checked a few times per timeout."""
@@ -382,19 +332,3 @@ class ProducePort:
                     quiet = conn.check_timeouts(now, seen, since)
                     if conn in self._open:
                         self._open[conn] = (conn.progress, quiet)
-
-    async def stop(self, grace: float) -> None:
-        """Stop accepting; give open streams `grace` seconds to finish, then cut them."""
-        if self._server is None:
-            return
-        self.stopping = True
-        self._server.close()
-        if self._watcher is not None:
-            self._watcher.cancel()
-        if self._connections:
-            _, late = await asyncio.wait(self._connections, timeout=grace)
-            for task in late:
-                task.cancel()
-            if late:
-                await asyncio.wait(late, timeout=1.0)
-        self._server = None

@@ -31,28 +31,26 @@ import contextlib
 import itertools
 import logging
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING
 
-import grpc
 from prometheus_client import Gauge
 
 from streamwal import protowire
 from streamwal.errors import (
     ChannelFenced,
-    Inner,
     InvalidArgument,
     StreamingError,
     UnmatchedChannelTerm,
 )
-from streamwal.grpc_errors import from_rpc_error
 from streamwal.logs import Repeats
 from streamwal.node import records
 from streamwal.node import replication_rules as rules
 from streamwal.node.channel import Channel
 from streamwal.node.core import Entry, Following, Leading
 from streamwal.node.health import heard_at, quorum_contact
+from streamwal.node.replication_links import connect
 from streamwal.proto import streaming_pb2 as pb
-from streamwal.transport import make_internal_channel
 
 if TYPE_CHECKING:
     from streamwal.node.wal import Wal
@@ -60,13 +58,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("streamwal.node.replication")
 _REPEATS = Repeats()  # a leader down: its followers retry every 2 s, logged every 10 s
 
-REPLICATE = "/milvus.proto.streaming.StreamingNodeReplicationService/Replicate"
 WINDOW_BYTES = 8 * 1024 * 1024  # record bytes sent to a follower and not yet acknowledged
 READ_RECORDS = 1024  # records per read step of a follower's stream (also byte-bounded)
 READ_BYTES = 1024 * 1024
 APPLY_BYTES = 8 * 1024 * 1024  # a follower syncs and acks at least this often
 BACKOFF = (0.05, 2.0)  # a follower's reconnect delay: first, maximum
 COMMIT_LAG_S = 0.02  # a commit update waits this long for a record to carry it
+# Where a leader's stream writes a LogEntry (or one serialized already): a gRPC context's
+# `write` (its serializer passes bytes through) or the replication port's.
+Write = Callable[[pb.LogEntry | bytes], Awaitable[None]]
 _BEAT = object()  # queued to a follower stream: acknowledge now, even with nothing new
 
 
@@ -231,8 +231,10 @@ class Replication:
 
     # -- leader side -------------------------------------------------------------------
 
-    async def serve(self, first: pb.ReplicaAck, acks, context) -> None:
-        """One follower's Replicate stream: raises the StreamingError to abort it with."""
+    def open_stream(self, first: pb.ReplicaAck, write: Write, transport: str) -> LeaderStream:
+        """One follower's stream from its first ack (raises the StreamingError to refuse
+        it with); its entries go to `write`, its later acks to `LeaderStream.take`.
+        `transport` ("port" or "grpc") is logged: which one a follower took."""
         ch = self.wal.channels.get(first.pchannel)
         if ch is None:
             raise ChannelFenced(f"pchannel {first.pchannel!r} is not led by this node")
@@ -249,15 +251,24 @@ class Replication:
                 "acked": first.acked_offset,
                 "from": start.position,
                 "truncate_from": start.truncate_from,
+                "transport": transport,
             },
         )
         self._lease(ch, role)[first.node_id] = self._node_heard[first.node_id] = time.monotonic()
-        stream = _LeaderStream(self, ch, role, first.node_id, start, acks, context, first.batched)
-        key = (ch.name, first.node_id)
+        return LeaderStream(self, ch, role, first.node_id, start, write, first.batched)
+
+    async def serve(self, stream: LeaderStream, acks: AsyncIterator | None = None) -> None:
+        """Run `stream` until it ends: raises the StreamingError to abort it with. `acks`:
+        the follower's (a gRPC request iterator, read by a task); None: the transport
+        hands them to `stream.take` itself (the replication port, as bytes arrive)."""
+        key = (stream.ch.name, stream.node)
         self._open[key] += 1
+        reader = None if acks is None else asyncio.ensure_future(stream.feed(acks))
         try:
             await stream.run()
         finally:
+            if reader is not None:
+                reader.cancel()
             self._open[key] -= 1
             if not self._open[key]:
                 del self._open[key]
@@ -326,47 +337,30 @@ class Replication:
         )
 
     async def _follow_once(self, ch: Channel, role: Following) -> None:
-        try:  # the leader's internal listener, asked anew at every reconnect
-            channel = await make_internal_channel(role.leader.address)
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
+        link = await connect(role.leader.address)
+        self._queues[ch.name] = (role.leader.node_id, link.queue)
         try:
-            call = channel.stream_stream(
-                REPLICATE,
-                request_serializer=lambda m: m.SerializeToString(),
-                response_deserializer=pb.LogEntry.FromString,
-            )()
-            queue: asyncio.Queue = asyncio.Queue(maxsize=1024)
-            reader = asyncio.ensure_future(_pump(call, queue))
-            self._queues[ch.name] = (role.leader.node_id, queue)
-            try:
-                await call.write(self._ack(ch, role, first=True))
-                while ch.core.role is role:
-                    entries = [await queue.get()]
-                    size = _size(entries[0])
-                    while not queue.empty() and size < APPLY_BYTES:
-                        entries.append(queue.get_nowait())
-                        size += _size(entries[-1])
-                    end = next((e for e in entries if isinstance(e, BaseException)), None)
-                    applied = [e for e in entries if isinstance(e, pb.LogEntry)]
-                    changed = bool(applied) and ch.core.role is role
-                    stored = changed and await self.apply(ch, applied)
-                    beat = any(e is _BEAT for e in entries) and ch.core.role is role
-                    if stored or beat:
-                        await call.write(self._ack(ch, role))
-                    if end is not None:
-                        raise end
-            finally:
-                if self._queues.get(ch.name, (0, None))[1] is queue:
-                    del self._queues[ch.name]
-                reader.cancel()
-                call.cancel()
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
-        except asyncio.InvalidStateError:  # the stream ended while we acknowledged
-            raise Inner("the replication stream ended") from None
+            await link.write(self._ack(ch, role, first=True))
+            while ch.core.role is role:
+                entries = [await link.queue.get()]
+                size = _size(entries[0])
+                while not link.queue.empty() and size < APPLY_BYTES:
+                    entries.append(link.queue.get_nowait())
+                    size += _size(entries[-1])
+                link.took()
+                end = next((e for e in entries if isinstance(e, BaseException)), None)
+                applied = [e for e in entries if isinstance(e, pb.LogEntry)]
+                changed = bool(applied) and ch.core.role is role
+                stored = changed and await self.apply(ch, applied)
+                beat = any(e is _BEAT for e in entries) and ch.core.role is role
+                if stored or beat:
+                    await link.write(self._ack(ch, role))
+                if end is not None:
+                    raise end
         finally:
-            await channel.close()
+            if self._queues.get(ch.name, (0, None))[1] is link.queue:
+                del self._queues[ch.name]
+            await link.close()
 
     async def apply(self, ch: Channel, entries: list[pb.LogEntry]) -> bool:
         """The core applies its leader's entries (core.apply: cut if told, store, sync,
@@ -395,18 +389,10 @@ def term_error(pchannel: str, theirs: int, ours: int) -> StreamingError:
     )
 
 
-async def _pump(call, queue: asyncio.Queue) -> None:
-    """LogEntries into `queue`, then the reason the stream ended (an exception)."""
-    try:
-        async for entry in call:
-            await queue.put(entry)
-        await queue.put(Inner("the leader closed the replication stream"))
-    except grpc.RpcError as exc:
-        await queue.put(from_rpc_error(exc))
-
-
-class _LeaderStream:
-    """The leader's half of one follower's Replicate stream."""
+class LeaderStream:
+    """The leader's half of one follower's Replicate stream, whatever carries it: entries
+    go out through `write` (a gRPC stream's, or the replication port's), acks come in
+    through `take` and the end through `end`."""
 
     def __init__(
         self,
@@ -415,8 +401,7 @@ class _LeaderStream:
         role: Leading,
         node: int,
         start: rules.Start,
-        acks,
-        context,
+        write: Write,
         batched: bool = False,
     ) -> None:
         self.repl = repl
@@ -425,12 +410,13 @@ class _LeaderStream:
         self.role = role
         self.node = node
         self.start = start
-        self.acks = acks
-        self.context = context
+        self.write = write
         self.position = start.position
         self.window: collections.deque[tuple[int, int]] = collections.deque()
         self.inflight = 0
         self._wake: asyncio.Future | None = None
+        # Set once the follower's side ended: (None,) closed, (error,) misbehaved or broke.
+        self.ended: tuple[BaseException | None] | None = None
 
     def poke(self) -> None:
         """Something the stream may act on changed (records, commit, acks, role, end)."""
@@ -444,23 +430,20 @@ class _LeaderStream:
     async def run(self) -> None:
         ch, role = self.ch, self.role
         loop = asyncio.get_running_loop()
-        reader = asyncio.ensure_future(self._read_acks())
-        reader.add_done_callback(lambda _: self.poke())
         ch.wakers.append(self.poke)
         try:
             first = self._entry(offset=self.position, term_history=_starts(ch.meta.history))
             if self.start.truncate_from is not None:
                 first.truncate_from = self.start.truncate_from
-            await self.context.write(first)
+            await self.write(first)
             sent_commit = first.commit_offset
             commit_due = 0.0  # when a commit update goes out alone (loop time; 0: none due)
             while True:
                 if ch.core.role is not role:
                     raise ChannelFenced(f"{ch.name!r}: leader role ended")
-                if reader.done():
-                    err = reader.result()
-                    if err is not None:
-                        raise err
+                if self.ended is not None:
+                    if self.ended[0] is not None:
+                        raise self.ended[0]
                     return  # the follower closed its stream
                 acked = role.acked.get(self.node, 0)
                 while self.window and self.window[0][0] <= acked:
@@ -483,7 +466,7 @@ class _LeaderStream:
                     commit_due = commit_due or now + COMMIT_LAG_S
                     if now >= commit_due:
                         sent_commit, commit_due = ch.known_commit, 0.0
-                        await self.context.write(self._entry(offset=self.position))
+                        await self.write(self._entry(offset=self.position))
                         continue
                     sleep = commit_due - now
                 # Every await above re-checks all of this: a poke while none waits is moot.
@@ -496,7 +479,6 @@ class _LeaderStream:
                     self._wake = None
         finally:
             ch.wakers.remove(self.poke)
-            reader.cancel()
 
     async def _send_records(self, end: int) -> bool:
         """The records from `position` below `end`, in one entry to a follower that takes
@@ -512,28 +494,47 @@ class _LeaderStream:
             self.position = base + records.peek(value)[2]
             self.window.append((self.position, len(value)))
             self.inflight += len(value)
-        # Serialized here (the stream's serializer passes bytes through): one copy of the
-        # records, not protobuf's two (protowire.log_entry).
+        # Serialized here (both transports pass bytes through): one copy of the records,
+        # not protobuf's two (protowire.log_entry).
         term, commit = self.role.term, self.ch.known_commit
         if self.batched:
             values = [value for _, value in recs]
-            await self.context.write(protowire.log_entry(term, commit, recs[0][0], values))
+            await self.write(protowire.log_entry(term, commit, recs[0][0], values))
         else:
             for base, value in recs:
-                await self.context.write(protowire.log_entry(term, commit, base, (value,)))
+                await self.write(protowire.log_entry(term, commit, base, (value,)))
         return True
 
-    async def _read_acks(self) -> StreamingError | None:
-        """Follower acks until it closes (None) or misbehaves (the error)."""
-        async for ack in self.acks:
-            if not isinstance(ack, pb.ReplicaAck):
-                return InvalidArgument(getattr(ack, "reason", "malformed ReplicaAck"))
-            if ack.term != self.role.term or ack.node_id != self.node:
-                return term_error(self.ch.name, ack.term, self.role.term)
-            if ack.replay:  # resend from what the follower holds
-                self.position = min(self.position, ack.acked_offset)
-                self.window.clear()
-                self.inflight = 0
-            self.repl.acked(self.ch, self.role, self.node, ack.acked_offset, self.position)
+    def take(self, ack: object) -> bool:
+        """One follower ack; False once the stream is over (it misbehaved, or ended)."""
+        if self.ended is not None:
+            return False
+        if not isinstance(ack, pb.ReplicaAck):
+            self.end(InvalidArgument(getattr(ack, "reason", "malformed ReplicaAck")))
+            return False
+        if ack.term != self.role.term or ack.node_id != self.node:
+            self.end(term_error(self.ch.name, ack.term, self.role.term))
+            return False
+        if ack.replay:  # resend from what the follower holds
+            self.position = min(self.position, ack.acked_offset)
+            self.window.clear()
+            self.inflight = 0
+        self.repl.acked(self.ch, self.role, self.node, ack.acked_offset, self.position)
+        self.poke()
+        return True
+
+    def end(self, err: BaseException | None) -> None:
+        """The follower's side ended: closed (None) or broken (the error to end with)."""
+        if self.ended is None:
+            self.ended = (err,)
             self.poke()
-        return None
+
+    async def feed(self, acks: AsyncIterator) -> None:
+        """A gRPC stream's acks into `take` until the follower closes it."""
+        try:
+            async for ack in acks:
+                if not self.take(ack):
+                    return
+            self.end(None)
+        except Exception as exc:  # the call broke: the stream ends with it
+            self.end(exc)

@@ -22,6 +22,7 @@ from streamwal.node.log_store import LogStore
 from streamwal.node.metrics import NodeMetrics
 from streamwal.node.probe_port import ProbePort
 from streamwal.node.produce_port import ProducePort
+from streamwal.node.replication_port import ReplicationPort
 from streamwal.node.service import NodeService
 from streamwal.node.wal import Wal
 from streamwal.proto import wire_pb2
@@ -31,12 +32,12 @@ log = logging.getLogger("streamwal.node")
 
 
 def raise_fd_limit(connections: int) -> None:
-    """Raise the soft limit on open files to the hard one: its three listeners may hold
+    """Raise the soft limit on open files to the hard one: its four listeners may hold
     `connections` sockets each, and a node at its file limit locks every client out."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    needed = 3 * connections + 256
+    needed = 4 * connections + 256
     if hard != resource.RLIM_INFINITY and hard < needed:
         log.warning(
             "open-file limit below the connection limits",
@@ -53,6 +54,9 @@ class NodeServer:
         self._server = None
         self._metrics_server = None
         self._produce_port: ProducePort | None = None
+        self._replication_port: ReplicationPort | None = None
+        # Frames arriving in part on the produce and replication ports, both together.
+        self._receive_buffer = limits.ReceiveBuffer(config.max_receive_buffer_bytes)
         self.internal_port = 0  # 0: the internal services share `port` (or not started)
         self._internal_server: aio.Server | None = None
         self._internal_calls: CallLimits | None = None
@@ -133,12 +137,15 @@ class NodeServer:
             self._internal_server = self._grpc_server(self._internal_calls)
             self._internal_server.add_generic_rpc_handlers(internal_services)
         self.port = self._bind(server, cfg.listen, "--listen")
+        internal_host = cfg.listen.rpartition(":")[0]
         if self._internal_server is not None:
             where = cfg.internal_listen
             if where == "auto":  # the gRPC host, any free port (peers learn it from Describe)
-                where = f"{cfg.listen.rpartition(':')[0]}:0"
+                where = f"{internal_host}:0"
+            else:
+                internal_host = where.rpartition(":")[0]
             self.internal_port = self._bind(self._internal_server, where, "--internal-listen")
-        await self._open_produce_port()
+        await self._open_plain_ports(internal_host)
         await self._open_probe_port()
         await server.start()
         self._server = server
@@ -169,6 +176,7 @@ class NodeServer:
                 "port": self.port,
                 "produce_port": self.produce_port,
                 "internal_port": self.internal_port,
+                "replication_port": self.replication_port,
                 "node_id": cfg.node_id,
                 "pchannels": len(self.wal.channels),
                 "startup_s": round(time.perf_counter() - started, 3),
@@ -179,30 +187,53 @@ class NodeServer:
     def produce_port(self) -> int:
         return self._produce_port.port if self._produce_port else 0
 
+    @property
+    def replication_port(self) -> int:
+        return self._replication_port.port if self._replication_port else 0
+
     def _limit_usage(self) -> dict[str, float]:
-        port = self._produce_port
+        ports = [p for p in (self._produce_port, self._replication_port) if p is not None]
         calls = [c for c in (self._calls, self._internal_calls) if c is not None]
         return {
             "connections": sum(c.connections.total for c in calls)
-            + (port.counts.total if port else 0),
+            + sum(p.counts.total for p in ports),
             "streams": sum(c.calls for c in calls),
-            "receive_buffer": port.buffer.used if port else 0,
+            "receive_buffer": self._receive_buffer.used,
             "txns": len(self.service.txns),
         }
 
-    async def _open_produce_port(self) -> None:
-        """The plain-TCP produce port, unless turned off or TLS is on (it has no TLS)."""
-        where = self.config.produce_listen
-        if where == "off" or (self.transport or TransportConfig.from_env()).tls:
+    async def _open_plain_ports(self, internal_host: str) -> None:
+        """The plain-TCP produce and replication ports, unless turned off or TLS is on
+        (they have no TLS). The produce port on the gRPC host, the replication port on
+        the internal listener's, as only peer nodes may reach it; "auto" takes any free
+        port there (clients and followers learn it from Describe)."""
+        if (self.transport or TransportConfig.from_env()).tls:
             return
-        if where == "auto":  # the gRPC host, any free port (clients learn it from Describe)
-            where = f"{self.config.listen.rpartition(':')[0]}:0"
-        host, _, port = where.rpartition(":")
-        self._produce_port = ProducePort(self.service, self.config)
+        cfg = self.config
+        if cfg.produce_listen != "off":
+            self._produce_port = ProducePort(self.service, cfg, self._receive_buffer)
+            await self._start_plain(
+                self._produce_port, cfg.produce_listen, cfg.listen.rpartition(":")[0], "produce"
+            )
+        if cfg.replication_listen != "off":
+            self._replication_port = ReplicationPort(
+                self.wal.replication, self.service, cfg, self._receive_buffer
+            )
+            await self._start_plain(
+                self._replication_port, cfg.replication_listen, internal_host, "replication"
+            )
+
+    @staticmethod
+    async def _start_plain(
+        port: ProducePort | ReplicationPort, where: str, auto_host: str, name: str
+    ) -> None:
+        if where == "auto":
+            where = f"{auto_host}:0"
+        host, _, number = where.rpartition(":")
         try:
-            await self._produce_port.start(host.strip("[]") or None, int(port))
+            await port.start(host.strip("[]") or None, int(number))
         except OSError as exc:
-            raise StartupError(f"cannot listen on {where} (--produce-listen): {exc}") from None
+            raise StartupError(f"cannot listen on {where} (--{name}-listen): {exc}") from None
 
     async def _open_probe_port(self) -> None:
         """The probe port (node/probe_port.py), unless turned off; CollectStatus names it."""
@@ -224,6 +255,7 @@ class NodeServer:
                 server_id=self.config.node_id,
                 produce_port=self.produce_port,
                 internal_port=self.internal_port,
+                replication_port=self.replication_port,
             )
 
         return grpc.method_handlers_generic_handler(
@@ -269,6 +301,7 @@ class NodeServer:
             self._server.stop(grace) if self._server else asyncio.sleep(0),
             self._internal_server.stop(grace) if self._internal_server else asyncio.sleep(0),
             self._produce_port.stop(grace) if self._produce_port else asyncio.sleep(0),
+            self._replication_port.stop(grace) if self._replication_port else asyncio.sleep(0),
         )
 
     async def serve_forever(self) -> None:

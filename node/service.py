@@ -254,7 +254,8 @@ class NodeService:
             validation.replica_ack(first)
             if not self.serving:
                 raise OnShutdown("node is shutting down")
-            await self.wal.replication.serve(first, request_iterator, context)
+            repl = self.wal.replication
+            await repl.serve(repl.open_stream(first, context.write, "grpc"), request_iterator)
         except StreamingError as err:
             await _abort(context, err)
 

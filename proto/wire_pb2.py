@@ -24,25 +24,25 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\nwire.proto\x12\x0estreamwal.wire\"\x15\n\x13\x44\x65scribeNodeRequest\"V\n\x14\x44\x65scribeNodeResponse\x12\x11\n\tserver_id\x18\x01 \x01(\x03\x12\x14\n\x0cproduce_port\x18\x02 \x01(\r\x12\x15\n\rinternal_port\x18\x03 \x01(\r\"\r\n\x0bPingRequest\"N\n\x0cPingResponse\x12\x11\n\tserver_id\x18\x01 \x01(\x03\x12\x14\n\x0cwall_time_ms\x18\x02 \x01(\x03\x12\x15\n\rloop_stall_ms\x18\x03 \x01(\r*\x9a\x01\n\tFrameKind\x12\x16\n\x12\x46RAME_KIND_UNKNOWN\x10\x00\x12\x1e\n\x1a\x46RAME_KIND_CREATE_PRODUCER\x10\x01\x12\x1e\n\x1a\x46RAME_KIND_PRODUCE_REQUEST\x10\x02\x12\x1f\n\x1b\x46RAME_KIND_PRODUCE_RESPONSE\x10\x03\x12\x14\n\x10\x46RAME_KIND_ERROR\x10\x04\x32s\n\x18StreamingNodeInfoService\x12W\n\x08\x44\x65scribe\x12#.streamwal.wire.DescribeNodeRequest\x1a$.streamwal.wire.DescribeNodeResponse\"\x00\x32`\n\x19StreamingNodeProbeService\x12\x43\n\x04Ping\x12\x1b.streamwal.wire.PingRequest\x1a\x1c.streamwal.wire.PingResponse\"\x00\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\nwire.proto\x12\x0estreamwal.wire\"\x15\n\x13\x44\x65scribeNodeRequest\"p\n\x14\x44\x65scribeNodeResponse\x12\x11\n\tserver_id\x18\x01 \x01(\x03\x12\x14\n\x0cproduce_port\x18\x02 \x01(\r\x12\x15\n\rinternal_port\x18\x03 \x01(\r\x12\x18\n\x10replication_port\x18\x04 \x01(\r\"\r\n\x0bPingRequest\"N\n\x0cPingResponse\x12\x11\n\tserver_id\x18\x01 \x01(\x03\x12\x14\n\x0cwall_time_ms\x18\x02 \x01(\x03\x12\x15\n\rloop_stall_ms\x18\x03 \x01(\r*\xd0\x01\n\tFrameKind\x12\x16\n\x12\x46RAME_KIND_UNKNOWN\x10\x00\x12\x1e\n\x1a\x46RAME_KIND_CREATE_PRODUCER\x10\x01\x12\x1e\n\x1a\x46RAME_KIND_PRODUCE_REQUEST\x10\x02\x12\x1f\n\x1b\x46RAME_KIND_PRODUCE_RESPONSE\x10\x03\x12\x14\n\x10\x46RAME_KIND_ERROR\x10\x04\x12\x1a\n\x16\x46RAME_KIND_REPLICA_ACK\x10\x05\x12\x18\n\x14\x46RAME_KIND_LOG_ENTRY\x10\x06\x32s\n\x18StreamingNodeInfoService\x12W\n\x08\x44\x65scribe\x12#.streamwal.wire.DescribeNodeRequest\x1a$.streamwal.wire.DescribeNodeResponse\"\x00\x32`\n\x19StreamingNodeProbeService\x12\x43\n\x04Ping\x12\x1b.streamwal.wire.PingRequest\x1a\x1c.streamwal.wire.PingResponse\"\x00\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'wire_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_FRAMEKIND']._serialized_start=237
-  _globals['_FRAMEKIND']._serialized_end=391
+  _globals['_FRAMEKIND']._serialized_start=263
+  _globals['_FRAMEKIND']._serialized_end=471
   _globals['_DESCRIBENODEREQUEST']._serialized_start=30
   _globals['_DESCRIBENODEREQUEST']._serialized_end=51
   _globals['_DESCRIBENODERESPONSE']._serialized_start=53
-  _globals['_DESCRIBENODERESPONSE']._serialized_end=139
-  _globals['_PINGREQUEST']._serialized_start=141
-  _globals['_PINGREQUEST']._serialized_end=154
-  _globals['_PINGRESPONSE']._serialized_start=156
-  _globals['_PINGRESPONSE']._serialized_end=234
-  _globals['_STREAMINGNODEINFOSERVICE']._serialized_start=393
-  _globals['_STREAMINGNODEINFOSERVICE']._serialized_end=508
-  _globals['_STREAMINGNODEPROBESERVICE']._serialized_start=510
-  _globals['_STREAMINGNODEPROBESERVICE']._serialized_end=606
+  _globals['_DESCRIBENODERESPONSE']._serialized_end=165
+  _globals['_PINGREQUEST']._serialized_start=167
+  _globals['_PINGREQUEST']._serialized_end=180
+  _globals['_PINGRESPONSE']._serialized_start=182
+  _globals['_PINGRESPONSE']._serialized_end=260
+  _globals['_STREAMINGNODEINFOSERVICE']._serialized_start=473
+  _globals['_STREAMINGNODEINFOSERVICE']._serialized_end=588
+  _globals['_STREAMINGNODEPROBESERVICE']._serialized_start=590
+  _globals['_STREAMINGNODEPROBESERVICE']._serialized_end=686
 # @@protoc_insertion_point(module_scope)

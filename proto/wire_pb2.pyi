@@ -12,25 +12,31 @@ class FrameKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FRAME_KIND_PRODUCE_REQUEST: _ClassVar[FrameKind]
     FRAME_KIND_PRODUCE_RESPONSE: _ClassVar[FrameKind]
     FRAME_KIND_ERROR: _ClassVar[FrameKind]
+    FRAME_KIND_REPLICA_ACK: _ClassVar[FrameKind]
+    FRAME_KIND_LOG_ENTRY: _ClassVar[FrameKind]
 FRAME_KIND_UNKNOWN: FrameKind
 FRAME_KIND_CREATE_PRODUCER: FrameKind
 FRAME_KIND_PRODUCE_REQUEST: FrameKind
 FRAME_KIND_PRODUCE_RESPONSE: FrameKind
 FRAME_KIND_ERROR: FrameKind
+FRAME_KIND_REPLICA_ACK: FrameKind
+FRAME_KIND_LOG_ENTRY: FrameKind
 
 class DescribeNodeRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class DescribeNodeResponse(_message.Message):
-    __slots__ = ("server_id", "produce_port", "internal_port")
+    __slots__ = ("server_id", "produce_port", "internal_port", "replication_port")
     SERVER_ID_FIELD_NUMBER: _ClassVar[int]
     PRODUCE_PORT_FIELD_NUMBER: _ClassVar[int]
     INTERNAL_PORT_FIELD_NUMBER: _ClassVar[int]
+    REPLICATION_PORT_FIELD_NUMBER: _ClassVar[int]
     server_id: int
     produce_port: int
     internal_port: int
-    def __init__(self, server_id: _Optional[int] = ..., produce_port: _Optional[int] = ..., internal_port: _Optional[int] = ...) -> None: ...
+    replication_port: int
+    def __init__(self, server_id: _Optional[int] = ..., produce_port: _Optional[int] = ..., internal_port: _Optional[int] = ..., replication_port: _Optional[int] = ...) -> None: ...
 
 class PingRequest(_message.Message):
     __slots__ = ()

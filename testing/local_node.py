@@ -1,13 +1,15 @@
 """Run a streaming node as a local child process: tests, benchmarks and the demo use it.
 
-The node listens on port 0 and writes the port it bound to a file once serving, so there
-is no race for a free port; its log goes to a file so a chatty node never blocks on a
-full pipe, and the file is what a failing test shows.
+Its ports are picked below the kernel's ephemeral range (`free_port`) and kept across
+restarts, as a pod's are; the node writes the port it serves on to a file once serving,
+which is how a start is known to be done. Its log goes to a file so a chatty node never
+blocks on a full pipe, and the file is what a failing test shows.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -15,15 +17,41 @@ import sys
 import time
 from pathlib import Path
 
+_PICKS = 64  # ports tried below the ephemeral range before leaving the pick to the kernel
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
 
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port free on `host` now, for a process to listen on later (and again after a
+    restart). Picked at random below the kernel's ephemeral range: the kernel hands
+    ports from that range to every outgoing connection and every bind to port 0, and a
+    test run on 2 workers makes thousands of them, so a port picked there was now and
+    then taken before the process bound it (a node's restart failed "Address already in
+    use" in CI). Below it only other picks compete."""
+    low = _ephemeral_low()
+    if low > 11024:
+        rng = random.SystemRandom()
+        for _ in range(_PICKS):
+            port = rng.randrange(10000, low)
+            with socket.socket() as s:
+                try:
+                    s.bind((host, port))
+                except OSError:
+                    continue
+                return port
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
 
 
-class _InternalPortTaken(RuntimeError):
-    """The internal port picked for a node was bound by someone else first."""
+class _PortTaken(RuntimeError):
+    """A port picked for a node was bound by someone else first."""
 
 
 class LocalNode:
@@ -57,21 +85,28 @@ class LocalNode:
         return f"{self.host}:{self.port}"
 
     def start(self, timeout: float = 30.0) -> LocalNode:
-        """Spawn the node and return once it serves (its gRPC port is bound). An internal
-        port picked here may be taken by another process before the node binds it (tests
-        run side by side): then, at the first start only, another is picked (3 tries)."""
+        """Spawn the node and return once it serves (its gRPC port is bound). The ports
+        are picked here at the first start (`free_port`) and kept across restarts; one
+        may be taken by another process before the node binds it (tests run side by
+        side): then, at the first start only, others are picked (3 tries)."""
         tries = 3
         while True:
+            first = not self.port
+            if first:
+                self.port = free_port(self.host)
             picked = self._pick_internal and not self.internal_port
             if picked:
                 self.internal_port = free_port(self.host)
             try:
                 return self._spawn(timeout)
-            except _InternalPortTaken:
+            except _PortTaken:
                 tries -= 1
-                if not picked or not tries:
+                if not (first or picked) or not tries:
                     raise
-                self.internal_port = 0
+                if first:
+                    self.port = 0
+                if picked:
+                    self.internal_port = 0
 
     def _spawn(self, timeout: float) -> LocalNode:
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -106,8 +141,8 @@ class LocalNode:
                 return self
             if self.proc.poll() is not None:
                 said = self.log_path.read_bytes()[log_start:].decode(errors="replace")
-                if "(--internal-listen): Address already in use" in said:
-                    raise _InternalPortTaken(said)
+                if "listen): Address already in use" in said:
+                    raise _PortTaken(said)
                 raise RuntimeError(f"node {self.node_id} exited at start:\n{self.log_tail()}")
             time.sleep(0.01)
         self.kill()

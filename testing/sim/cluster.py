@@ -221,6 +221,9 @@ class SimLinks:
             COORD, node.id, node.collect_status, timeout, "collect-status"
         )
 
+    def reconnect(self, address: str) -> None:
+        """The simulated network keeps no connections: nothing to renew."""
+
     async def close(self) -> None:
         self.closed = True
 

@@ -17,9 +17,10 @@ from streamwal.errors import (
 )
 from streamwal.ids import decode_offset
 from streamwal.proto import streaming_pb2 as pb
+from streamwal.testing.local_node import free_port
 from streamwal.transport import make_channel
 from tests.node.conftest import client, node, pchannel, start_node  # noqa: F401
-from tests.node.helpers import HANDLER, free_port, read_data, read_log, sample, scrape
+from tests.node.helpers import HANDLER, read_data, read_log, sample, scrape
 
 
 async def test_committed_txn_is_contiguous_with_one_tick(client, pchannel) -> None:  # noqa: F811

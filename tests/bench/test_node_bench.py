@@ -96,8 +96,13 @@ def test_quorum_cpu_prints_each_processes_cpu_per_acknowledged_message_as_json()
     result = last_json(
         sys.executable, "-m", "streamwal.bench.quorum_cpu",
         "--messages", "4096", "--rounds", "2", "--producers", "1", "4",
+        "--open-loop", "200", "--seconds", "0.3",
     )  # fmt: skip
     assert result["replicas"] == 3 and "quorum" in result["durability"]
+    # one-at-a-time sends (compare's open loop): their tail and each process's CPU a send
+    one = result["open_loop_200"]["median"]
+    assert 0 < one["p50_ms"] <= one["p99_ms"], result
+    assert all(one[f"{n}_ns"] > 0 for n in ("leader", "follower1", "follower2", "client"))
     for shape in ("x1", "x4"):
         assert len(result[shape]["rounds"]) == 2
         median = result[shape]["median"]

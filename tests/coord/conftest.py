@@ -10,7 +10,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,14 +22,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from streamwal import transport
 from streamwal.proto import coord_pb2 as cpb
 from streamwal.proto import coord_pb2_grpc as cpbg
+from streamwal.testing.local_node import free_port
 
 STREAMWAL = str(Path(sys.executable).parent / "streamwal")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def wait_serving(address: str, proc: subprocess.Popen, timeout: float = 20.0) -> None:

@@ -73,6 +73,7 @@ def test_chart_lints(kube_bin: Path, values: list[str]) -> None:
         ("tls.issuer=vault", "at '/tls/issuer'"),
         ("node.retention.age=7 days", "at '/node/retention/age'"),
         ("node.replicas=0", "at '/node/replicas': minimum"),
+        ("node.replicationPort=70000", "at '/node/replicationPort': maximum"),
         ("pchannel.replicas=2", "at '/pchannel/replicas'"),
         ("metrics.prometheusRule.enabled=maybe", "at '/metrics/prometheusRule/enabled'"),
         ("operator.nodeSelector=streaming", "at '/operator/nodeSelector'"),
@@ -104,6 +105,7 @@ def test_streaming_nodes_render_as_production_needs(kube_bin: Path) -> None:
         "produce": 19531,
         "internal": 19532,
         "probe": 19533,
+        "replication": 19534,
         "metrics": 9091,
     }
     args = container["args"]
@@ -134,7 +136,7 @@ def test_streaming_nodes_render_as_production_needs(kube_bin: Path) -> None:
     internal, clients = find(docs, "NetworkPolicy", "-node")["spec"]["ingress"][:2]
     assert {p["port"] for p in clients["ports"]} == {"grpc", "produce"}
     # The internal port: this release's pods in this namespace only (no namespaceSelector).
-    assert [p["port"] for p in internal["ports"]] == ["internal", "probe"]
+    assert [p["port"] for p in internal["ports"]] == ["internal", "replication", "probe"]
     assert internal["from"] == [
         {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "streamwal",
                                          "app.kubernetes.io/instance": "wal"}}}
@@ -218,6 +220,8 @@ def test_tls_mounts_the_secrets_and_closes_the_produce_port(kube_bin: Path) -> N
         assert volumes["tls-ca"] == "wal-ca" and volumes["tls-cert"] == secret
     node = pod_spec(docs, "StatefulSet", "-node")["containers"][0]
     assert "--produce-listen=off" in node["args"]
+    assert "--replication-listen=off" in node["args"]
+    assert all(p["name"] not in ("produce", "replication") for p in node["ports"])
     # Every server reads the access file: the release's own certificates are `cluster`.
     for kind, suffix in (("StatefulSet", "-node"), ("Deployment", "-operator")):
         spec = pod_spec(docs, kind, suffix)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import struct
 import time
 import urllib.request
@@ -287,12 +286,6 @@ class RawConsumer:
             if resp.WhichOneof("response") == "close":
                 break
         await self._channel.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def scrape(port: int) -> dict[tuple[str, tuple], float]:

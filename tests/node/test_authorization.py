@@ -228,8 +228,10 @@ async def test_consumer_groups_need_the_consumer_role_and_the_produce_port_is_cl
     async with NodeClient(owner.address, secured.transport("ops")) as admin:
         with pytest.raises(StreamingError, match=f"{DENIED}.* on {name}"):
             await admin.create_consumer_group(name, term, "g")
-        # No transport escapes the checks: the plain-TCP produce port is closed under TLS.
-        assert (await admin.describe()).produce_port == 0
+        # No transport escapes the checks: the plain-TCP produce and replication ports are
+        # closed under TLS (followers replicate over gRPC on the internal listener).
+        described = await admin.describe()
+        assert (described.produce_port, described.replication_port) == (0, 0)
     async with NodeClient(owner.address, secured.transport("app-a")) as app:
         await app.create_consumer_group(name, term, "g")
         got = await app.group_consume(name, term, "g", 10)

@@ -18,7 +18,13 @@ from streamwal import wire
 from streamwal.client import encoding
 from streamwal.client.node_client import NodeClient
 from streamwal.client.policy import DeliverFilter, DeliverPolicy
-from streamwal.errors import Code, InvalidArgument, ResourceExhausted, StreamingError
+from streamwal.errors import (
+    ChannelFenced,
+    Code,
+    InvalidArgument,
+    ResourceExhausted,
+    StreamingError,
+)
 from streamwal.grpc_errors import from_trailing
 from streamwal.proto import streaming_pb2 as pb
 from streamwal.testing.local_node import LocalNode
@@ -333,10 +339,13 @@ async def test_spoofed_node_properties_are_overwritten_on_delivery(
 # -- the produce port (plain TCP frames, proto/wire.proto) --------------------------------
 
 
-async def _port_exchange(client: NodeClient, data: bytes, close_write: bool = False):
-    """Send raw bytes to the produce port; every frame that comes back until it closes."""
+async def _port_exchange(
+    client: NodeClient, data: bytes, close_write: bool = False, port: str = "produce_port"
+):
+    """Send raw bytes to the produce port (or `port`, another field of Describe); every
+    frame that comes back until it closes."""
     info = await client.describe()
-    reader, writer = await asyncio.open_connection("127.0.0.1", info.produce_port)
+    reader, writer = await asyncio.open_connection("127.0.0.1", getattr(info, port))
     frames = []
     try:
         writer.write(data)
@@ -379,6 +388,28 @@ def _port_header(pch: str, term: int = 1) -> bytes:
 )
 async def test_bad_frames_on_the_produce_port(client, bystander, data, error, text) -> None:
     err = _port_error(await _port_exchange(client, data))
+    assert isinstance(err, error) and text in str(err)
+
+
+def _ack_frame(ack: pb.ReplicaAck) -> bytes:
+    return wire.frame(wire.REPLICA_ACK, ack.SerializeToString())
+
+
+@pytest.mark.parametrize(
+    "data, error, text",
+    [
+        (b"\xff\xff\xff\xff\x05", ResourceExhausted, "over the limit (--max-frame-size)"),
+        (b"\x00\x00\x00\x02\x63ab", InvalidArgument, "unknown frame kind 99"),
+        (wire.frame(wire.LOG_ENTRY, b""), InvalidArgument, "frame kind 6 on the replication"),
+        (wire.frame(wire.REPLICA_ACK, b"\xff\xff\xff"), InvalidArgument, "garbled ReplicaAck"),
+        (_ack_frame(pb.ReplicaAck(pchannel="nowhere", term=1)), ChannelFenced, "not led"),
+        (_ack_frame(pb.ReplicaAck(pchannel="x", term=-1)), InvalidArgument, "term"),
+    ],
+)
+async def test_bad_frames_on_the_replication_port(client, bystander, data, error, text) -> None:
+    """Each gets the StreamingError a gRPC Replicate stream would end with, as an ERROR
+    frame, and the node keeps serving (the bystander's calls go on throughout)."""
+    err = _port_error(await _port_exchange(client, data, port="replication_port"))
     assert isinstance(err, error) and text in str(err)
 
 

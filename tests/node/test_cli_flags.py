@@ -35,6 +35,7 @@ CASES = {
     "no-port": ((*NODE, "--listen", "nonsense"), "not HOST:PORT"),
     "metrics": ((*NODE, "--metrics", "abc"), "'--metrics'"),
     "produce-listen": ((*NODE, "--produce-listen", "foo"), "'--produce-listen'"),
+    "replication-listen": ((*NODE, "--replication-listen", "foo"), "'--replication-listen'"),
     "zero-window": ((*NODE, "--producer-window", "0"), "at least 64KiB"),
     "negative-count": ((*NODE, "--txn-max-open", "-1"), "not in the range"),
     "node-id": ((*NODE, "--node-id", "-3"), "not in the range"),

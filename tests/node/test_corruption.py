@@ -18,7 +18,8 @@ from rocksdict import Options, Rdict
 from streamwal.client.node_client import NodeClient
 from streamwal.client.policy import DeliverPolicy
 from streamwal.errors import DataLoss
-from tests.node.helpers import free_port, read_data, sample, scrape
+from streamwal.testing.local_node import free_port
+from tests.node.helpers import read_data, sample, scrape
 
 PAYLOAD = 1000
 

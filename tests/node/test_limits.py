@@ -25,7 +25,8 @@ from streamwal import wire
 from streamwal.client.node_client import NodeClient
 from streamwal.errors import ResourceExhausted, StreamingError
 from streamwal.proto import streaming_pb2 as pb
-from tests.node.helpers import free_port, read_log, sample, scrape, served_throughout
+from streamwal.testing.local_node import free_port
+from tests.node.helpers import read_log, sample, scrape, served_throughout
 
 MIB = 1024 * 1024
 

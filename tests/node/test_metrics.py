@@ -7,7 +7,8 @@ import time
 
 from streamwal.client.node_client import NodeClient
 from streamwal.client.policy import DeliverPolicy
-from tests.node.helpers import free_port, read_data, sample, scrape
+from streamwal.testing.local_node import free_port
+from tests.node.helpers import read_data, sample, scrape
 
 
 async def _eventually(check, timeout: float = 10.0):

@@ -107,6 +107,13 @@ def test_chart_node_args_parse_and_open_the_produce_port(kube_bin: Path) -> None
     assert ctx.params["internal_listen"] == "0.0.0.0:19532"
     assert {"name": "internal", "containerPort": 19532, "protocol": "TCP"} in container["ports"]
     assert {"name": "produce", "containerPort": 19531, "protocol": "TCP"} in container["ports"]
-    off = _node_container(kube_bin, "--set", "tls.enabled=false", "--set", "node.producePort=0")
+    assert ctx.params["replication_listen"] == "0.0.0.0:19534"
+    assert {"name": "replication", "containerPort": 19534, "protocol": "TCP"} in container["ports"]
+    off = _node_container(
+        kube_bin,
+        *("--set", "tls.enabled=false", "--set", "node.producePort=0"),
+        *("--set", "node.replicationPort=0"),
+    )
     assert "--produce-listen=off" in off["args"]
-    assert all(p["name"] != "produce" for p in off["ports"])
+    assert "--replication-listen=off" in off["args"]
+    assert all(p["name"] not in ("produce", "replication") for p in off["ports"])

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import urllib.parse
 import urllib.request
@@ -15,16 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from streamwal.testing.local_node import LocalNode
+from streamwal.testing.local_node import LocalNode, free_port
 from tests.operator.conftest import Cluster, pchannel_yaml, wait_for
 
 PROMETHEUS = shutil.which("prometheus")
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def query(port: int, expr: str) -> list[dict]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import urllib.request
 
 import grpc
@@ -15,13 +14,8 @@ import grpc
 from streamwal.client.node_client import NodeClient
 from streamwal.proto import streaming_pb2 as pb
 from streamwal.proto import streaming_pb2_grpc as pbg
+from streamwal.testing.local_node import free_port
 from tests.operator.conftest import Cluster, pchannel_yaml, wait_for
-
-
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def _statuses(address: str, name: str) -> pb.PChannelStatus | None:
@@ -52,7 +46,7 @@ def test_spec_retention_is_applied_on_every_replica_and_follows_the_spec(
     metrics = {}
     for i in (1, 2, 3):
         host = f"127.0.0.{i + 1}"
-        metrics[i] = f"http://{host}:{(port := _free_port(host))}/metrics"
+        metrics[i] = f"http://{host}:{(port := free_port(host))}/metrics"
         cluster.add_node(
             i, extra_args=("--metrics", f"{host}:{port}", "--retention-check-interval", "200ms")
         )

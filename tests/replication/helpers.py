@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 from streamwal.client.node_client import NodeClient, replica_set
 from streamwal.node.peer import fetch
@@ -71,3 +72,14 @@ async def fail_or_timeout(awaitable, seconds: float) -> str:
         task.cancel()
         return "timeout"
     return f"error: {task.exception()}" if task.exception() else "done"
+
+
+def follower_transports(leader: LocalNode, pch: str) -> dict[int, str]:
+    """How each follower of `pch` last connected to `leader` ("port" or "grpc"), from the
+    leader's log."""
+    got = {}
+    for line in leader.log_path.read_text(errors="replace").splitlines():
+        if '"follower connected"' in line and f'"pchannel": "{pch}"' in line:
+            said = json.loads(line)
+            got[said["follower"]] = said["transport"]
+    return got

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from streamwal.client.node_client import replica_set
+from streamwal.client.node_client import NodeClient, replica_set
 from streamwal.client.policy import DeliverPolicy
 from streamwal.errors import ChannelFenced, InvalidArgument
 from streamwal.proto import streaming_pb2 as pb
@@ -16,6 +16,7 @@ from tests.node.helpers import expect_nothing, read_data
 from tests.replication.helpers import (
     assign_replicas,
     fail_or_timeout,
+    follower_transports,
     members,
     raw_log,
     status,
@@ -41,6 +42,9 @@ async def test_quorum_producer_logs_are_identical_on_all_replicas(trio, pchannel
     assert leader_status.role == pb.REPLICA_ROLE_LEADER
     assert leader_status.commit_offset > sent[-1].offset
     assert {r.node_id for r in leader_status.replicas} == {2, 3}
+    # the followers took the leader's replication port (Describe names it)
+    assert (await clients[1].describe()).replication_port > 0
+    assert follower_transports(leader, pchannel) == {2: "port", 3: "port"}
     follower_status = await status(clients[2], pchannel)
     assert follower_status.role == pb.REPLICA_ROLE_FOLLOWER
     assert follower_status.last_term == 1
@@ -135,3 +139,27 @@ async def test_quorum_needs_a_majority_and_hides_the_rest(trio, pchannel) -> Non
     await quorum.close()
     await leader_only.close()
     await wait_identical([n.address for n in nodes], pchannel)
+
+
+async def test_followers_use_grpc_when_the_leader_offers_no_replication_port(
+    start_node, pchannel
+) -> None:
+    """--replication-listen off (as with TLS, where the port stays closed): Describe names
+    no port, the followers replicate over gRPC Replicate, and quorum appends work."""
+    nodes = [
+        start_node("n1", "--replication-listen", "off", node_id=1),
+        start_node("n2", node_id=2),
+    ]
+    clients = {n.node_id: NodeClient(n.address) for n in nodes}
+    try:
+        assert (await clients[1].describe()).replication_port == 0
+        await assign_replicas(clients, nodes, pchannel, 1, nodes[0])
+        producer = await clients[1].producer(pchannel, 1, ack_level="quorum")
+        sent = await producer.send_many([b"m%d" % i for i in range(10)])
+        await producer.close()
+        follower = await status(clients[2], pchannel)
+        assert follower is not None and follower.next_offset > sent[-1].offset
+        assert follower_transports(nodes[0], pchannel) == {2: "grpc"}
+    finally:
+        for c in clients.values():
+            await c.close()

@@ -8,7 +8,7 @@ import time
 
 from streamwal.client.node_client import NodeClient
 from streamwal.node import records
-from streamwal.node.replication import REPLICATE
+from streamwal.node.replication_links import REPLICATE
 from streamwal.proto import streaming_pb2 as pb
 from streamwal.transport import make_internal_channel
 from tests.replication.helpers import assign_replicas, status, wait_identical

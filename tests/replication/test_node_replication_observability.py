@@ -8,7 +8,8 @@ import json
 
 from streamwal.client.node_client import NodeClient
 from streamwal.client.sync import SyncNodeClient
-from tests.node.helpers import free_port, sample, scrape
+from streamwal.testing.local_node import free_port
+from tests.node.helpers import sample, scrape
 from tests.node.test_cli import run
 from tests.replication.helpers import assign_replicas, status
 from tests.support import wait_for
