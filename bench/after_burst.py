@@ -126,7 +126,13 @@ async def run(plan: wl.Plan, runs: int) -> dict:
 @click.command("after-burst")
 @click.option("--quick", is_flag=True, help="bench compare --quick's counts and round.")
 @click.option("--smoke", is_flag=True, help="The smallest counts (tests).")
-@click.option("--runs", type=click.IntRange(1, 100), default=6, show_default=True)
+@click.option(
+    "--runs",
+    type=click.IntRange(1, 100),
+    default=6,
+    show_default=True,
+    help="Runs, each on a fresh node: its bursts, then its round.",
+)
 def after_burst(quick: bool, smoke: bool, runs: int) -> None:
     """bench compare's after-burst p99 for streamwal alone, RUNS times on a fresh node,
     each with the flushes and compactions that overlapped its round."""
