@@ -49,7 +49,7 @@ from streamwal.node import replication_rules as rules
 from streamwal.node.channel import Channel
 from streamwal.node.core import Entry, Following, Leading
 from streamwal.node.health import heard_at, quorum_contact
-from streamwal.node.replication_links import connect
+from streamwal.node.replication_links import open_link
 from streamwal.proto import streaming_pb2 as pb
 
 if TYPE_CHECKING:
@@ -337,7 +337,7 @@ class Replication:
         )
 
     async def _follow_once(self, ch: Channel, role: Following) -> None:
-        link = await connect(role.leader.address)
+        link = await open_link(role.leader.address)
         self._queues[ch.name] = (role.leader.node_id, link.queue)
         try:
             await link.write(self._ack(ch, role, first=True))

@@ -45,7 +45,7 @@ class Link(Protocol):
     async def close(self) -> None: ...
 
 
-async def connect(address: str) -> Link:
+async def open_link(address: str) -> Link:
     """A stream to the leader clients reach at `address`: over its replication port when
     it offers one and it answers, else over gRPC Replicate on its internal listener."""
     config = TransportConfig.from_env()

@@ -58,7 +58,7 @@ async def test_a_follower_takes_the_port_when_it_answers_and_grpc_otherwise() ->
                 wire_pb2.DescribeNodeResponse(server_id=1, replication_port=port)
             )
             try:
-                link = await replication_links.connect(address)
+                link = await replication_links.open_link(address)
                 try:
                     assert isinstance(link, kind), (port, link)
                     if isinstance(link, replication_links.WireLink):
