@@ -21,7 +21,7 @@ from dataclasses import dataclass
 # zlib's CRC-32, computed with ISA-L's folding instructions: the same value as
 # `zlib.crc32`, so records read as they always did, at ~30-50 GB/s instead of ~3.5-4
 # (~1 µs per 4 KiB message, every append and every read that verifies, on the event
-# loop: docs/bench-large20b.md).
+# loop: docs/benchmarks.md, "Large messages").
 from isal.isal_zlib import crc32
 
 from streamwal.errors import Inner

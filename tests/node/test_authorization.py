@@ -33,6 +33,7 @@ from streamwal.proto import streaming_pb2 as pb
 from streamwal.testing.local_cluster import LocalCluster
 from streamwal.transport import TransportConfig
 from tests.pki import KeyPair, issue, make_ca
+from tests.support import wait_for
 
 SERVER_NAME = "streamwal-test"
 ACCESS = """
@@ -140,12 +141,17 @@ async def test_the_coord_and_peers_work_and_a_replicated_pchannel_replicates(
             await stub.DescribeChannels(cpb.DescribeChannelsRequest(channel_names=[name]))
         ).descriptions
     assert len(desc.members) == 3
-    # Every replica holds the records: each node's status, asked with the cluster role.
+    # Every replica comes to hold the records (a QUORUM ack waits for a majority only):
+    # each node's status, asked with the cluster role.
     for node in secured.cluster.nodes.values():
         async with NodeClient(node.address, secured.transport("wal-coord")) as client:
-            status = await client.collect_status()
-        (mine,) = [c for c in status.channels if c.pchannel.name == name]
-        assert mine.next_offset >= end, (node.node_id, mine)
+
+            async def holds(client: NodeClient = client) -> bool:
+                status = await client.collect_status()
+                (mine,) = [c for c in status.channels if c.pchannel.name == name]
+                return mine.next_offset >= end
+
+            await wait_for(holds, 10.0, what=f"node {node.node_id} holds offsets below {end}")
 
 
 async def _append(sec: Secured, who: str, vchannel: str, payload: bytes) -> None:
