@@ -41,7 +41,6 @@ class WireProduceCall(wire.FramedProtocol):
         self.heard = False
         self._on_answer: OnAnswer | None = None
         self._on_end: OnEnd | None = None
-        self._eof = False
         self._end_error: StreamingError | None = None
 
     # -- asyncio.Protocol ------------------------------------------------------------
@@ -53,15 +52,10 @@ class WireProduceCall(wire.FramedProtocol):
         self.cutter.feed(data)
         self._pump()
 
-    def eof_received(self) -> bool:
-        self._eof = True
-        self._pump()
-        return False
-
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
-        if not self._eof:
-            self._eof = True
+        if not self.eof:
+            self.eof = True
             if exc is not None:
                 self._end_error = Unavailable(f"produce port connection broke: {exc}")
         self._pump()
@@ -80,14 +74,12 @@ class WireProduceCall(wire.FramedProtocol):
                 self.hold_reading(True)  # answers wait for `listen`
                 return
             try:
-                got = self.cutter.next()
-                if got is None and self._eof:
-                    self.cutter.check_ended()
+                got = self.next_frame()
             except wire.FrameError as exc:
                 self._end(Unavailable(f"produce port connection broke: {exc}"))
                 return
             if got is None:
-                if self._eof:
+                if self.eof:
                     self._end(self._end_error)
                 break
             self._take(*got)

@@ -123,13 +123,15 @@ class FrameCutter:
 
 
 class FramedProtocol(asyncio.Protocol):
-    """What both ends of the produce port share: frames cut as bytes arrive (`cutter`),
-    reading paused while the owner holds frames back, and writes that wait while the
-    transport's buffer is over its high-water mark."""
+    """What both ends of the produce and replication ports share: frames cut as bytes
+    arrive (`cutter`, `next_frame`), the peer's end of input (`eof`) handed to the
+    owner's `_pump` as more frames would be, reading paused while the owner holds frames
+    back, and writes that wait while the transport's buffer is over its high-water mark."""
 
     def __init__(self, limit: int = MAX_FRAME_BYTES) -> None:
         self.transport: asyncio.Transport | None = None
         self.cutter = FrameCutter(limit)
+        self.eof = False  # no more bytes will arrive (the peer closed, or the connection)
         self.lost = False
         self._reading_paused = False
         self._writable = asyncio.Event()
@@ -141,6 +143,24 @@ class FramedProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         self._writable.set()  # a drain waiting for the peer ends (with an error)
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        self._pump()
+        return False  # the peer is done: the connection closes
+
+    def _pump(self) -> None:
+        """Act on the frames that arrived (and on `eof`): the owner's."""
+        raise NotImplementedError
+
+    def next_frame(self) -> tuple[int, memoryview] | None:
+        """The next whole (kind, body); None until more bytes arrive, or at a clean end
+        once `eof`; FrameError (FrameTooLarge) for a frame refused or input that ended
+        inside a frame."""
+        got = self.cutter.next()
+        if got is None and self.eof:
+            self.cutter.check_ended()
+        return got
 
     def pause_writing(self) -> None:
         self._writable.clear()

@@ -48,20 +48,18 @@ def keep_alive(transport: asyncio.BaseTransport) -> None:
             sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
 
 
-def next_frame(cutter: wire.FrameCutter, eof: bool, port: str) -> tuple[int, memoryview] | None:
-    """The next whole (kind, body), None until more bytes arrive (or at a clean end after
-    `eof`); LimitExceeded or InvalidArgument (naming `port`) for a frame refused."""
+def next_frame(conn: wire.FramedProtocol, port: str) -> tuple[int, memoryview] | None:
+    """`conn`'s next whole (kind, body), None until more bytes arrive (or at a clean end);
+    the node's answer to a frame refused: LimitExceeded or InvalidArgument (naming
+    `port`)."""
     try:
-        got = cutter.next()
-        if got is None and eof:
-            cutter.check_ended()
+        return conn.next_frame()
     except wire.FrameTooLarge as exc:
         raise LimitExceeded(
             "frame_size", f"a frame of {exc.length} bytes is over the limit"
         ) from None
     except wire.FrameError as exc:
         raise InvalidArgument(f"malformed {port} frame: {exc}") from None
-    return got
 
 
 def charge(buffer: ReceiveBuffer, charged: int, held: int) -> int:

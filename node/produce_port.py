@@ -69,7 +69,6 @@ class _Connection(wire.FramedProtocol, PushedRequests):
         self._header: asyncio.Future = loop.create_future()
         self._stream: ProduceStream | None = None
         self._done = False  # the stream ended or the input did: hand over nothing more
-        self._eof = False
         self._space_task: asyncio.Task | None = None
         self._closing = False  # our side is closed (or closing): nothing more is written
         self._refused = False
@@ -98,15 +97,14 @@ class _Connection(wire.FramedProtocol, PushedRequests):
         self._pump()
 
     def eof_received(self) -> bool:
-        self._eof = True
-        self._pump()
+        super().eof_received()
         # Keep our side open while answers (and an error) may still be due; once ours is
         # closed too (`close`), the connection is over.
         return not self._closing
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
-        self._eof = True
+        self.eof = True
         self._pump()
         self._port.closed(self)
 
@@ -129,12 +127,12 @@ class _Connection(wire.FramedProtocol, PushedRequests):
         """Hand over every whole frame the stream may take now; pause or resume reading."""
         while not self._done and not self._held():
             try:
-                got = plain_port.next_frame(self.cutter, self._eof, "produce port")
+                got = plain_port.next_frame(self, "produce port")
             except StreamingError as err:
                 self._take_error(err)
                 break
             if got is None:
-                if self._eof:
+                if self.eof:
                     self._take_end()
                 break
             self._take(*got)
@@ -224,7 +222,7 @@ class _Connection(wire.FramedProtocol, PushedRequests):
             return
         self._closing = self._done = True
         self.hold_reading(False)
-        if self._eof or not self.transport.can_write_eof():
+        if self.eof or not self.transport.can_write_eof():
             self.transport.close()
         else:
             self.transport.write_eof()

@@ -81,7 +81,6 @@ class WireLink(wire.FramedProtocol):
         super().__init__()
         self.queue: asyncio.Queue = asyncio.Queue()  # bounded by reading (QUEUE)
         self._ended = False
-        self._eof = False
         self._broken: Exception | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -93,28 +92,21 @@ class WireLink(wire.FramedProtocol):
             self.cutter.feed(data)
             self._pump()
 
-    def eof_received(self) -> bool:
-        self._eof = True
-        self._pump()
-        return False
-
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
-        self._eof = True
+        self.eof = True
         self._broken = exc
         self._pump()
 
     def _pump(self) -> None:
         while not self._ended and self.queue.qsize() < QUEUE:
             try:
-                got = self.cutter.next()
-                if got is None and self._eof:
-                    self.cutter.check_ended()
+                got = self.next_frame()
             except wire.FrameError as exc:
                 self._end(Unavailable(f"replication port connection broke: {exc}"))
                 break
             if got is None:
-                if self._eof:
+                if self.eof:
                     why = f": {self._broken}" if self._broken else ""
                     self._end(Inner(f"the leader closed the replication stream{why}"))
                 break

@@ -54,7 +54,6 @@ class _Connection(wire.FramedProtocol):
         self.stream: LeaderStream | None = None
         self._done = False  # refused, or the follower's side ended: take nothing more
         self._refused = False  # the ERROR frame is written: the peer's close ends it
-        self._eof = False
         self.peer = ""  # the peer's address, once counted against the connection limits
         self.opened_at = asyncio.get_running_loop().time()
         self.charged = 0  # bytes held in the cutter, charged to the port's receive buffer
@@ -76,14 +75,9 @@ class _Connection(wire.FramedProtocol):
         self.cutter.feed(data)
         self._pump()
 
-    def eof_received(self) -> bool:
-        self._eof = True
-        self._pump()
-        return False  # the follower is done: the connection closes
-
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
-        self._eof = True
+        self.eof = True
         self._pump()
         if self.stream is not None:
             self.stream.end(None)  # ends quietly; a leader has nothing to tell a gone peer
@@ -94,12 +88,12 @@ class _Connection(wire.FramedProtocol):
     def _pump(self) -> None:
         while not self._done:
             try:
-                got = plain_port.next_frame(self.cutter, self._eof, "replication port")
+                got = plain_port.next_frame(self, "replication port")
             except StreamingError as err:
                 self.refuse(err)
                 break
             if got is None:
-                if self._eof:
+                if self.eof:
                     self._done = True
                     if self.stream is not None:
                         self.stream.end(None)
