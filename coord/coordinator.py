@@ -537,18 +537,24 @@ class Coordinator:
     async def _probe_loop(self) -> None:
         tick = min(0.05, self.config.probe_interval / 4)
         while True:
-            due = self.tracker.due(self.clock())
-            if due:
-                await asyncio.gather(*(self._probe(n) for n in due))
-                self._first_probe.set()
-            now = self.clock()
-            self._feed_pings(now)
-            changes = self.tracker.tick(now)
-            for change in changes:
-                self._on_transition(change.node, change.after)
-            self._log_held(now)
-            self.metrics.nodes_live.set(len(self.tracker.live()))
+            try:
+                await self._probe_round()
+            except Exception:  # a bug must not end liveness for good (no probe, no failover)
+                log.exception("probe round failed")
             await asyncio.sleep(tick)
+
+    async def _probe_round(self) -> None:
+        due = self.tracker.due(self.clock())
+        if due:
+            await asyncio.gather(*(self._probe(n) for n in due))
+            self._first_probe.set()
+        now = self.clock()
+        self._feed_pings(now)
+        changes = self.tracker.tick(now)
+        for change in changes:
+            self._on_transition(change.node, change.after)
+        self._log_held(now)
+        self.metrics.nodes_live.set(len(self.tracker.live()))
 
     async def _probe(self, node: int) -> None:
         started = self.clock()

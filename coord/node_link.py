@@ -155,8 +155,7 @@ class NodeLinks:
     async def _stub(self, address: str, timeout: float) -> _Stubs:
         if address in self._stale:
             self._stale.discard(address)
-            self._stubs.pop(address, None)
-            await self._replaced.retire(self._channels.pop(address), time.monotonic())
+            await self._retire(address)
         stubs = self._stubs.get(address)
         if stubs is None:
             internal = await transport.internal_address(address, self._config, timeout)
@@ -225,12 +224,19 @@ class NodeLinks:
             return
         if channel.get_state() != grpc.ChannelConnectivity.TRANSIENT_FAILURE:
             return
-        now = time.monotonic()
-        if not self._replaced.due(address, now):
+        if not self._replaced.due(address, time.monotonic()):
             return
-        self._stubs.pop(address, None)
         self._unbatched.discard(address)  # a node restarted there may be a newer version
-        await self._replaced.retire(self._channels.pop(address), now)
+        await self._retire(address)
+
+    async def _retire(self, address: str) -> None:
+        """Drop `address`'s channel (calls running on it keep it) and stubs: the next call
+        opens a new one. Once: a node marked for `reconnect` may have had its failing
+        channel dropped meanwhile, and the other way round."""
+        self._stubs.pop(address, None)
+        channel = self._channels.pop(address, None)
+        if channel is not None:
+            await self._replaced.retire(channel, time.monotonic())
 
     async def assign(
         self,

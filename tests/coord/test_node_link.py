@@ -109,3 +109,40 @@ async def test_a_node_without_the_batch_service_is_called_one_item_at_a_time():
     finally:
         await links.close()
         await server.stop(None)
+
+
+async def test_a_node_marked_to_reconnect_whose_channel_was_dropped_meanwhile_is_called():
+    """`reconnect` (the node answers again) and the drop of a failing channel (a call on
+    it failed) can both happen before the next call: that call opens one new channel. It
+    raised KeyError once, which ended the coord's probe loop (CI, 2026-11-27)."""
+
+    async def describe(_request, _context):
+        return wire_pb2.DescribeNodeResponse(server_id=1)
+
+    async def status(_request, _context):
+        return pb.StreamingNodeManagerCollectStatusResponse(server_id=1)
+
+    def unary(handler, cls):
+        return grpc.unary_unary_rpc_method_handler(
+            handler, cls.FromString, lambda m: m.SerializeToString()
+        )
+
+    server = transport.make_server()
+    server.add_generic_rpc_handlers([
+        grpc.method_handlers_generic_handler("streamwal.wire.StreamingNodeInfoService",
+            {"Describe": unary(describe, wire_pb2.DescribeNodeRequest)}),
+        grpc.method_handlers_generic_handler("milvus.proto.streaming.StreamingNodeManagerService",
+            {"CollectStatus": unary(status, pb.StreamingNodeManagerCollectStatusRequest)}),
+    ])  # fmt: skip
+    port = transport.bind(server, "127.0.0.1:0")
+    await server.start()
+    links = NodeLinks()
+    address = f"127.0.0.1:{port}"
+    try:
+        assert (await links.collect_status(address, 5.0)).server_id == 1
+        links.reconnect(address)
+        await links._retire(address)  # what a failed call's drop does meanwhile
+        assert (await links.collect_status(address, 5.0)).server_id == 1
+    finally:
+        await links.close()
+        await server.stop(None)
