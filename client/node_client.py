@@ -35,6 +35,7 @@ _MANAGER = "/milvus.proto.streaming.StreamingNodeManagerService/"
 _REPLICATION = "/milvus.proto.streaming.StreamingNodeReplicationService/"
 _GROUPS = "/streamwal.groups.StreamingNodeConsumerGroupService/"
 _INFO = "/streamwal.wire.StreamingNodeInfoService/"
+CONSUMER_CLOSE_WAIT_S = 2.0  # how long Consumer.close waits for the node to end the stream
 
 
 def replica_set(
@@ -486,15 +487,25 @@ class Consumer:
                 return None
 
     async def close(self) -> None:
-        if self._call is None:
+        """Ask the node to end the stream and wait (at most CONSUMER_CLOSE_WAIT_S) until it
+        has: the call's slot on the node is then free, so a consumer opened at once after
+        is admitted under --max-streams-per-connection. Frames still in flight are
+        dropped."""
+        call, self._call = self._call, None
+        if call is None:
             return
         try:
-            await self._call.write(pb.ConsumeRequest(close=pb.CloseConsumerRequest()))
-            await self._call.done_writing()
-        except (grpc.RpcError, asyncio.InvalidStateError):
+            await call.write(pb.ConsumeRequest(close=pb.CloseConsumerRequest()))
+            await call.done_writing()
+            await asyncio.wait_for(_read_to_end(call), CONSUMER_CLOSE_WAIT_S)
+        except (grpc.RpcError, asyncio.InvalidStateError, TimeoutError):
             pass
-        self._call.cancel()
-        self._call = None
+        call.cancel()
+
+
+async def _read_to_end(call) -> None:
+    while await call.read() is not aio.EOF:
+        pass
 
 
 __all__ = [
