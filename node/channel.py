@@ -70,8 +70,9 @@ class Channel:
         self.inflight: dict[tuple[str, int], asyncio.Future] = {}
         self._changed = asyncio.Event()
         # Called at every notify and whenever records go to the disk: the leader's
-        # replication streams (replication.py), woken without a task of their own.
-        self.wakers: list[Callable[[], None]] = []
+        # replication streams (replication.py), woken without a task of their own. Each
+        # returns True when it did what there was to do itself (no task of its woken).
+        self.wakers: list[Callable[[], bool]] = []
         self._tail = _TailCache()
         # Corruption (Wal): the acknowledged-offset ledger's slot, and the end of what an
         # earlier process wrote and nobody has verified since this one started (0: all

@@ -231,10 +231,18 @@ class Replication:
 
     # -- leader side -------------------------------------------------------------------
 
-    def open_stream(self, first: pb.ReplicaAck, write: Write, transport: str) -> LeaderStream:
+    def open_stream(
+        self,
+        first: pb.ReplicaAck,
+        write: Write,
+        transport: str,
+        write_now: Callable[[bytes], bool] | None = None,
+    ) -> LeaderStream:
         """One follower's stream from its first ack (raises the StreamingError to refuse
-        it with); its entries go to `write`, its later acks to `LeaderStream.take`.
-        `transport` ("port" or "grpc") is logged: which one a follower took."""
+        it with); its entries go to `write` (and to `write_now`, which writes one only if
+        the transport takes it at once: LeaderStream), its later acks to
+        `LeaderStream.take`. `transport` ("port" or "grpc") is logged: which one a
+        follower took."""
         ch = self.wal.channels.get(first.pchannel)
         if ch is None:
             raise ChannelFenced(f"pchannel {first.pchannel!r} is not led by this node")
@@ -255,7 +263,7 @@ class Replication:
             },
         )
         self._lease(ch, role)[first.node_id] = self._node_heard[first.node_id] = time.monotonic()
-        return LeaderStream(self, ch, role, first.node_id, start, write, first.batched)
+        return LeaderStream(self, ch, role, first.node_id, start, write, first.batched, write_now)
 
     async def serve(self, stream: LeaderStream, acks: AsyncIterator | None = None) -> None:
         """Run `stream` until it ends: raises the StreamingError to abort it with. `acks`:
@@ -392,7 +400,16 @@ def term_error(pchannel: str, theirs: int, ours: int) -> StreamingError:
 class LeaderStream:
     """The leader's half of one follower's Replicate stream, whatever carries it: entries
     go out through `write` (a gRPC stream's, or the replication port's), acks come in
-    through `take` and the end through `end`."""
+    through `take` and the end through `end`.
+
+    What the stream does next is decided in one place (`_next`), by its task (`run`) or
+    by its waker (`poke`): with a `write_now` (the replication port's, which writes a
+    frame when the socket takes it at once) a waker that finds records in the tail cache
+    for an idle follower, or a commit update due, writes it there and then, and the task
+    stays asleep. A one-at-a-time send then costs the leader no task wake-up per
+    follower, and its records are in the followers' sockets before its own fsync starts
+    (`Wal._prepare`). Everything that must wait (RocksDB reads, a full socket, the role's
+    or the stream's end) is the task's, as before."""
 
     def __init__(
         self,
@@ -403,6 +420,7 @@ class LeaderStream:
         start: rules.Start,
         write: Write,
         batched: bool = False,
+        write_now: Callable[[bytes], bool] | None = None,
     ) -> None:
         self.repl = repl
         self.batched = batched  # the follower applies LogEntry.next_records
@@ -411,74 +429,159 @@ class LeaderStream:
         self.node = node
         self.start = start
         self.write = write
+        self.write_now = write_now
         self.position = start.position
         self.window: collections.deque[tuple[int, int]] = collections.deque()
         self.inflight = 0
+        self.sent_commit = -1  # the commit offset the follower was last sent
+        self.commit_due = 0.0  # when a commit update goes out alone (loop time; 0: none due)
+        self._loop = asyncio.get_running_loop()
         self._wake: asyncio.Future | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
         # Set once the follower's side ended: (None,) closed, (error,) misbehaved or broke.
         self.ended: tuple[BaseException | None] | None = None
 
-    def poke(self) -> None:
-        """Something the stream may act on changed (records, commit, acks, role, end)."""
+    def poke(self) -> bool:
+        """Something the stream may act on changed (records, commit, acks, role, end).
+        True when nothing is left for its task: it was not asleep (it re-checks all of
+        this before it sleeps again), or this did what there was to do."""
         wake = self._wake
-        if wake is not None and not wake.done():
-            wake.set_result(None)
+        if wake is None or wake.done():
+            return True
+        if self.write_now is not None and self._act_now():
+            return True
+        wake.set_result(None)
+        return False
 
     def _entry(self, **fields) -> pb.LogEntry:
         return pb.LogEntry(term=self.role.term, commit_offset=self.ch.known_commit, **fields)
 
-    async def run(self) -> None:
+    def _next(self, now: float) -> tuple[str, int | float]:
+        """What the stream does next: ("send", end) the records from `position` below
+        `end`, ("commit", 0) a commit update alone, ("sleep", seconds) nothing yet.
+        Raises the error the stream ends with; ("end", 0): the follower closed it."""
         ch, role = self.ch, self.role
-        loop = asyncio.get_running_loop()
+        if ch.core.role is not role:
+            raise ChannelFenced(f"{ch.name!r}: leader role ended")
+        if self.ended is not None:
+            if self.ended[0] is not None:
+                raise self.ended[0]
+            return "end", 0
+        acked = role.acked.get(self.node, 0)
+        while self.window and self.window[0][0] <= acked:
+            self.inflight -= self.window.popleft()[1]
+        # Records on their way to the leader's disk go out at once to a follower that
+        # holds everything sent (one-at-a-time sends: the fsyncs overlap); to a busy one
+        # once durable, in bigger pieces: under load the per-batch costs, not the fsync,
+        # bound the rate (measured: docs/benchmarks.md).
+        end = self.repl.wal.sendable_end(ch) if not self.inflight else ch.committed_next
+        if self.position < end and self.inflight < WINDOW_BYTES:
+            return "send", end
+        if ch.known_commit == self.sent_commit:
+            return "sleep", 1.0
+        # Alone, a commit update waits COMMIT_LAG_S for records to ride on: a one-at-a-
+        # time producer's next record carries it, and each follower is woken once per
+        # send, not twice.
+        self.commit_due = self.commit_due or now + COMMIT_LAG_S
+        if now >= self.commit_due:
+            return "commit", 0
+        return "sleep", self.commit_due - now
+
+    def _sent(self, commit: int) -> None:
+        self.sent_commit, self.commit_due = commit, 0.0
+
+    def _act_now(self) -> bool:
+        """`_next` from the waker, writing with `write_now`: True when it is all done (or
+        nothing is to do), False when the task must act (a read from RocksDB, a socket
+        that does not take the frame at once, the end of the stream)."""
+        assert self.write_now is not None
+        loop = self._loop
+        for _ in range(4):  # a read step at a time; a longer backlog is the task's
+            try:
+                action, arg = self._next(loop.time())
+            except Exception:
+                return False
+            if action == "sleep":
+                self._arm(loop, arg)
+                return True
+            if action == "commit":
+                commit = self.ch.known_commit
+                if not self.write_now(self._entry(offset=self.position).SerializeToString()):
+                    return False
+                self._sent(commit)
+            elif action == "send":
+                recs = self.repl.wal.cached_raw(
+                    self.ch, self.position, READ_RECORDS, READ_BYTES, int(arg)
+                )
+                recs = [(b, v) for b, v in recs or () if b >= self.position]  # never split
+                if not recs or not self.batched:
+                    return False
+                commit = self.ch.known_commit
+                entry = protowire.log_entry(
+                    self.role.term, commit, recs[0][0], [v for _, v in recs]
+                )
+                if not self.write_now(entry):
+                    return False
+                self._advance(recs)
+                self._sent(commit)
+            else:
+                return False
+        return False
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, seconds: float) -> None:
+        """A poke `seconds` from now at the latest (the 1 s bound, or a commit update's)."""
+        at = loop.time() + seconds
+        if self._timer is not None and self._timer_at <= at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer, self._timer_at = loop.call_at(at, self._tick), at
+
+    def _tick(self) -> None:
+        self._timer = None
+        self.poke()
+
+    async def run(self) -> None:
+        ch, loop = self.ch, self._loop
         ch.wakers.append(self.poke)
         try:
             first = self._entry(offset=self.position, term_history=_starts(ch.meta.history))
             if self.start.truncate_from is not None:
                 first.truncate_from = self.start.truncate_from
             await self.write(first)
-            sent_commit = first.commit_offset
-            commit_due = 0.0  # when a commit update goes out alone (loop time; 0: none due)
+            self._sent(first.commit_offset)
             while True:
-                if ch.core.role is not role:
-                    raise ChannelFenced(f"{ch.name!r}: leader role ended")
-                if self.ended is not None:
-                    if self.ended[0] is not None:
-                        raise self.ended[0]
+                action, arg = self._next(loop.time())
+                if action == "end":
                     return  # the follower closed its stream
-                acked = role.acked.get(self.node, 0)
-                while self.window and self.window[0][0] <= acked:
-                    self.inflight -= self.window.popleft()[1]
-                # Records on their way to the leader's disk go out at once to a follower
-                # that holds everything sent (one-at-a-time sends: the fsyncs overlap);
-                # to a busy one once durable, in bigger pieces: under load the per-batch
-                # costs, not the fsync, bound the rate (measured: docs/benchmarks.md).
-                end = self.repl.wal.sendable_end(ch) if not self.inflight else ch.committed_next
-                sendable = self.position < end and self.inflight < WINDOW_BYTES
-                if sendable and await self._send_records(end):
-                    sent_commit, commit_due = ch.known_commit, 0.0
+                if action == "send" and await self._send_records(int(arg)):
                     continue
-                sleep = 1.0
-                if ch.known_commit != sent_commit:
-                    # Alone, a commit update waits COMMIT_LAG_S for records to ride on: a
-                    # one-at-a-time producer's next record carries it, and each follower
-                    # is woken once per send, not twice.
-                    now = loop.time()
-                    commit_due = commit_due or now + COMMIT_LAG_S
-                    if now >= commit_due:
-                        sent_commit, commit_due = ch.known_commit, 0.0
-                        await self.write(self._entry(offset=self.position))
-                        continue
-                    sleep = commit_due - now
+                if action == "commit":
+                    commit = ch.known_commit
+                    await self.write(self._entry(offset=self.position))
+                    self._sent(commit)
+                    continue
                 # Every await above re-checks all of this: a poke while none waits is moot.
+                self._arm(loop, arg if action == "sleep" else 1.0)
                 self._wake = loop.create_future()
-                timer = loop.call_later(sleep, self.poke)
                 try:
                     await self._wake
                 finally:
-                    timer.cancel()
                     self._wake = None
         finally:
             ch.wakers.remove(self.poke)
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+
+    def _advance(self, recs: list[tuple[int, bytes]]) -> None:
+        """`recs` are on their way: the follower's ack of them may be read while the write
+        is still awaited, and an ack above `position` is clipped."""
+        for base, value in recs:
+            self.position = base + records.peek(value)[2]
+            self.window.append((self.position, len(value)))
+            self.inflight += len(value)
 
     async def _send_records(self, end: int) -> bool:
         """The records from `position` below `end`, in one entry to a follower that takes
@@ -488,12 +591,7 @@ class LeaderStream:
         recs = [(base, value) for base, value in recs if base >= self.position]  # never split
         if not recs:
             return False
-        # Advanced before the write: the follower's ack of these records may be read while
-        # the write is still awaited, and an ack above `position` is clipped.
-        for base, value in recs:
-            self.position = base + records.peek(value)[2]
-            self.window.append((self.position, len(value)))
-            self.inflight += len(value)
+        self._advance(recs)  # before the write (see `_advance`)
         # Serialized here (both transports pass bytes through): one copy of the records,
         # not protobuf's two (protowire.log_entry).
         term, commit = self.role.term, self.ch.known_commit
@@ -503,6 +601,7 @@ class LeaderStream:
         else:
             for base, value in recs:
                 await self.write(protowire.log_entry(term, commit, base, (value,)))
+        self._sent(commit)
         return True
 
     def take(self, ack: object) -> bool:

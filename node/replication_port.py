@@ -122,7 +122,9 @@ class _Connection(wire.FramedProtocol):
             validation.replica_ack(ack)
             if not self._port.serving():
                 raise OnShutdown("node is shutting down")
-            self.stream = self._port.replication.open_stream(ack, self.write, "port")
+            self.stream = self._port.replication.open_stream(
+                ack, self.write, "port", self.write_now
+            )
         except StreamingError as err:
             self.refuse(err)
             return
@@ -133,12 +135,22 @@ class _Connection(wire.FramedProtocol):
     async def write(self, entry: pb.LogEntry | bytes) -> None:
         if self.lost or self.transport.is_closing():
             raise ConnectionResetError("the replication connection is closing")
-        body = entry if isinstance(entry, bytes) else entry.SerializeToString()
+        self._put(entry if isinstance(entry, bytes) else entry.SerializeToString())
+        await self.drain()
+
+    def write_now(self, body: bytes) -> bool:
+        """Write a serialized LogEntry if it goes out at once (nothing buffered before
+        it); False: the stream's task writes it and waits for the socket."""
+        if self.lost or not self.can_write_now():
+            return False
+        self._put(body)
+        return True
+
+    def _put(self, body: bytes) -> None:
         if len(body) < JOIN_BYTES:
             self.transport.write(wire.frame(wire.LOG_ENTRY, body))
         else:  # a batch of records: handed over as it is, not copied behind the header
             self.transport.writelines([wire.head(wire.LOG_ENTRY, len(body)), body])
-        await self.drain()
 
     async def _serve(self, stream: LeaderStream) -> None:
         try:

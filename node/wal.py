@@ -785,9 +785,11 @@ class Wal:
         once the group is durable (the core counts the same when told `written`).
 
         The records are cached now, as they go to the disk, and a leader's replication
-        streams are woken: its followers get them while its own fsync runs, and the
-        write stays off the event loop so they can (True). Readers stop at the durable
-        end; a failed write drops them again (`_failed`)."""
+        streams are woken: its followers get them while its own fsync runs. A stream
+        that wrote them to its idle follower's socket from the waker itself needs
+        nothing more of the loop; if any stream's task was woken instead, the write
+        stays off the event loop so it can send meanwhile (True). Readers stop at the
+        durable end; a failed write drops them again (`_failed`)."""
         sizes: dict[str, tuple[Channel, int]] = {}
         for item in group:
             ch = item.channel
@@ -811,8 +813,7 @@ class Wal:
             self.store.put_size(wb, name, size)
             self.replication.persist_commit(ch, wb)
             for wake in ch.wakers:
-                wake()
-                streamed = True
+                streamed = not wake() or streamed
         return streamed
 
     def _committed(self, group: list) -> None:
@@ -942,18 +943,28 @@ class Wal:
         RocksDB in a worker thread: a far behind follower's catch-up must not stall the
         event loop. A leader streams up to `sendable_end`."""
         end = end or ch.committed_next
+        out = self.cached_raw(ch, offset, limit, max_bytes, end)
+        if out is not None:
+            return out
+        try:
+            out = await asyncio.get_running_loop().run_in_executor(
+                None, self.store.records_from, ch.name, offset, limit, max_bytes
+            )
+        except StoreCorruption as err:
+            self.report_bad_record(ch, offset, err.cause, "read", store_corrupt=True)
+            raise
+        return _below(out, end)
+
+    @staticmethod
+    def cached_raw(
+        ch: Channel, offset: int, limit: int, max_bytes: int, end: int
+    ) -> list[tuple[int, bytes]] | None:
+        """`read_raw` from the tail cache alone, with no await: None when the records
+        must come from RocksDB (a leader's stream writing from its waker, replication.py)."""
         if offset >= end:
             return []
         out = ch.cached_from(offset, limit, max_bytes)
-        if out is None:
-            try:
-                out = await asyncio.get_running_loop().run_in_executor(
-                    None, self.store.records_from, ch.name, offset, limit, max_bytes
-                )
-            except StoreCorruption as err:
-                self.report_bad_record(ch, offset, err.cause, "read", store_corrupt=True)
-                raise
-        return _below(out, end)
+        return None if out is None else _below(out, end)
 
     @staticmethod
     def sendable_end(ch: Channel) -> int:
