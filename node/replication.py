@@ -449,8 +449,10 @@ class LeaderStream:
         wake = self._wake
         if wake is None or wake.done():
             return True
-        if self.write_now is not None and self._act_now():
-            return True
+        # An error here (the role or the stream ended) is the task's to end the stream with.
+        with contextlib.suppress(Exception):
+            if self.write_now is not None and self._act_now():
+                return True
         wake.set_result(None)
         return False
 
@@ -493,15 +495,12 @@ class LeaderStream:
 
     def _act_now(self) -> bool:
         """`_next` from the waker, writing with `write_now`: True when it is all done (or
-        nothing is to do), False when the task must act (a read from RocksDB, a socket
-        that does not take the frame at once, the end of the stream)."""
+        nothing is to do), False (or an exception) when the task must act (a read from
+        RocksDB, a socket that does not take the frame at once, the end of the stream)."""
         assert self.write_now is not None
         loop = self._loop
         for _ in range(4):  # a read step at a time; a longer backlog is the task's
-            try:
-                action, arg = self._next(loop.time())
-            except Exception:
-                return False
+            action, arg = self._next(loop.time())
             if action == "sleep":
                 self._arm(loop, arg)
                 return True
