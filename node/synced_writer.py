@@ -22,8 +22,9 @@ and as soon as writes queue up behind a flush, or one was slow, they go to the t
 from __future__ import annotations
 
 import asyncio
+import queue
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from rocksdict import WriteBatch
 
@@ -31,13 +32,22 @@ from streamwal.node.channel_meta import ChannelMeta
 from streamwal.node.group_commit import InlineRule
 from streamwal.node.log_store import LogStore
 
+_Batch = list[tuple[WriteBatch, asyncio.Future[None]]]
+
 
 class SyncedWriter:
     def __init__(self, store: LogStore, rule: InlineRule | None = None) -> None:
         self.store = store
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="synced-writer")
-        self._pending: list[tuple[WriteBatch, asyncio.Future[None]]] = []
-        self._flusher: asyncio.Task | None = None
+        self._pending: _Batch = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        # The thread's queue of flushes (None: stop), started at the first threaded flush.
+        # A thread of its own, fed through a SimpleQueue and answering with one
+        # call_soon_threadsafe: an executor's futures and a task per flush cost a
+        # follower ~25 µs more CPU per synced write (docs/bench-open20.md).
+        self._jobs: queue.SimpleQueue[tuple[_Batch, float] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._flushing = False  # a flush is on the thread
+        self._idle: asyncio.Future[None] | None = None  # close() waits for the last flush
         self._starting = False  # a flush starts at the end of this loop turn
         self._contended = False  # writes queued up behind the last flush
         self._rule = rule or InlineRule()
@@ -45,10 +55,10 @@ class SyncedWriter:
 
     def write(self, wb: WriteBatch) -> asyncio.Future[None]:
         """A future that resolves once `wb` is durable (or fails with the write's error)."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop = self._loop or asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
         self._pending.append((wb, done))
-        if (self._flusher is None or self._flusher.done()) and not self._starting:
+        if not self._flushing and not self._starting:
             self._starting = True
             loop.call_soon(self._start)
         return done
@@ -56,7 +66,7 @@ class SyncedWriter:
     def _start(self) -> None:
         """End of the turn: one lone small write on the loop, anything else on the thread."""
         self._starting = False
-        if not self._pending or (self._flusher is not None and not self._flusher.done()):
+        if not self._pending or self._flushing:
             return
         if len(self._pending) == 1:
             wb, done = self._pending[0]
@@ -72,7 +82,40 @@ class SyncedWriter:
                 self._rule.observe(time.perf_counter(), time.perf_counter() - started)
                 _settle([(wb, done)], None)
                 return
-        self._flusher = asyncio.create_task(self._flush(), name="synced-writer")
+        self._flush()
+
+    def _flush(self) -> None:
+        """Hand everything pending to the thread, as one synced write."""
+        batch, self._pending = self._pending, []
+        self._flushing = True
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._work, name="synced-writer", daemon=True)
+            self._thread.start()
+        self._jobs.put((batch, time.perf_counter()))
+
+    def _work(self) -> None:
+        """The thread: each flush's write, then its outcome handed back to the loop."""
+        assert self._loop is not None
+        while (job := self._jobs.get()) is not None:
+            batch, started = job
+            error: Exception | None = None
+            try:
+                self.store.write_synced_many([wb for wb, _ in batch])
+            except Exception as exc:
+                error = exc
+            self._loop.call_soon_threadsafe(self._flushed, batch, started, error)
+
+    def _flushed(self, batch: _Batch, started: float, error: Exception | None) -> None:
+        if error is None:
+            self.flushes += 1
+            self._rule.observe(time.perf_counter(), time.perf_counter() - started)
+        self._flushing = False
+        self._contended = bool(self._pending)
+        _settle(batch, error)
+        if self._pending:  # what came meanwhile goes to the thread at once
+            self._flush()
+        elif self._idle is not None and not self._idle.done():
+            self._idle.set_result(None)
 
     async def save_meta(self, name: str, meta: ChannelMeta) -> None:
         """Returns once `meta` is durable, whatever the append durability."""
@@ -80,33 +123,20 @@ class SyncedWriter:
         self.store.put_meta(wb, name, meta)
         await self.write(wb)
 
-    async def _flush(self) -> None:
-        loop = asyncio.get_running_loop()
-        while self._pending:
-            batch, self._pending = self._pending, []
-            error: Exception | None = None
-            started = time.perf_counter()
-            try:
-                await loop.run_in_executor(
-                    self._executor, self.store.write_synced_many, [wb for wb, _ in batch]
-                )
-                self.flushes += 1
-                self._rule.observe(time.perf_counter(), time.perf_counter() - started)
-            except Exception as exc:
-                error = exc
-            self._contended = bool(self._pending)
-            _settle(batch, error)
-
     async def close(self) -> None:
         """Finish what is pending, then let the thread go."""
-        if self._pending and (self._flusher is None or self._flusher.done()):
-            self._flusher = asyncio.create_task(self._flush(), name="synced-writer")
-        if self._flusher is not None:
-            await asyncio.gather(self._flusher, return_exceptions=True)
-        self._executor.shutdown(wait=False)
+        if self._pending and not self._flushing:
+            self._loop = self._loop or asyncio.get_running_loop()
+            self._flush()
+        if self._flushing:
+            self._idle = asyncio.get_running_loop().create_future()
+            await self._idle
+        if self._thread is not None:
+            self._jobs.put(None)
+            self._thread = None
 
 
-def _settle(batch: list[tuple[WriteBatch, asyncio.Future[None]]], error: Exception | None) -> None:
+def _settle(batch: _Batch, error: Exception | None) -> None:
     for _, done in batch:
         if done.done():
             continue

@@ -54,3 +54,22 @@ async def test_close_flushes_a_write_not_started_yet() -> None:
     done = writer.write(WriteBatch())
     await writer.close()
     assert done.done() and store.flushes
+
+
+async def test_a_failed_threaded_flush_fails_its_writes_and_the_next_goes_on() -> None:
+    store = _Store()
+    writer = SyncedWriter(store)  # type: ignore[arg-type]
+    real = store.write_synced_many
+
+    def failing(wbs: list[WriteBatch]) -> None:
+        raise OSError(28, "No space left on device")
+
+    store.write_synced_many = failing  # type: ignore[method-assign]
+    burst = await asyncio.gather(
+        *(writer.write(WriteBatch()) for _ in range(3)), return_exceptions=True
+    )
+    assert [type(e) for e in burst] == [OSError] * 3
+    store.write_synced_many = real  # type: ignore[method-assign]
+    await asyncio.gather(*(writer.write(WriteBatch()) for _ in range(3)))
+    assert len(store.flushes) == 1 and store.flushes[0][0] != threading.get_ident()
+    await writer.close()
