@@ -30,6 +30,10 @@ REPLICATED = (
     "of the stream's replicas wrote it to the OS (each fsyncs on a timer, not per ack)"
 )
 READY_S = 30.0  # a new cluster elects its JetStream meta leader, then the stream's
+# One readiness probe's bound. A JetStream API request sent before the meta leader is
+# elected is answered by nobody: with the client's own 5 s timeout the first probe waited
+# all of it (the cluster's start took ~5.8 s, its election ~0.3 s of that).
+PROBE_S = 0.5
 
 
 def _subject(stream: str) -> str:
@@ -175,11 +179,15 @@ class NatsCluster(NatsJetStream):
         await self._wait_jetstream(READY_S)
 
     async def _wait_jetstream(self, timeout: float) -> None:
-        """Until the cluster can place a replicas-3 stream (its meta leader is elected)."""
+        """Until the cluster can place a replicas-3 stream: the account-info request,
+        bounded by `PROBE_S`, is answered once a meta leader is elected; then a stream is
+        created and deleted with the usual bound (its own replicas elect their leader)."""
         deadline = time.monotonic() + timeout
         last: Exception | None = None
+        probe = self._admin.jsm(timeout=PROBE_S)
         while time.monotonic() < deadline:
             try:
+                await probe.account_info()
                 await self.create_stream("ready")
                 await self.drop_stream("ready")
                 return
