@@ -99,9 +99,9 @@ class Plan:
             )
         if name == "quick":
             # Under a minute for the nine systems of `bench compare`: 51-57 s at load 4-5
-            # (docs/bench-quick20.md), ~37 s of it these durations (three 0.7 s open-loop
-            # rounds and four produce runs of at most 0.5 s per system), the RF=3
-            # failover's 2 kills 6-10 s; the rest is starting the servers.
+            # (docs/benchmarks.md, "Side by side"), ~37 s of it these durations (three
+            # 0.7 s open-loop rounds and four produce runs of at most 0.5 s per system),
+            # the RF=3 failover's 2 kills 6-10 s; the rest is starting the servers.
             return Plan(
                 produce_count=20_000,
                 produce_seconds=0.5,
