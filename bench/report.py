@@ -175,10 +175,14 @@ def pyplot():
     return plt
 
 
-def save(fig, out: Path, title: str) -> Path:
-    """Title, lay out and write a figure as PNG (folders made), then free it."""
+def save(fig, out: Path, title: str, tight: bool = True) -> Path:
+    """Title, lay out and write a figure as PNG (folders made), then free it.
+
+    `tight=False` keeps the figure's own margins: a tight layout draws the figure once
+    more to measure it (a third of the compare plot's CPU: 0.50 -> 0.34 s)."""
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    if tight:
+        fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=100)
     pyplot().close(fig)
@@ -215,6 +219,8 @@ def plot(systems: dict[str, dict], out: Path, title: str) -> Path:
         )
     }
     fig, axes = plt.subplots(1, 2, figsize=(13, 5))
+    # fixed margins that fit the labels (`save`: a tight layout costs a second drawing)
+    fig.subplots_adjust(left=0.06, bottom=0.13, right=0.99, top=0.88, wspace=0.18)
     for ax, series, ylabel in (
         (axes[0], tput, "messages / s (log)"),
         (axes[1], lat, "milliseconds (log)"),
@@ -230,4 +236,4 @@ def plot(systems: dict[str, dict], out: Path, title: str) -> Path:
         ax.legend(fontsize=8)
     axes[0].set_title("acknowledged throughput (higher is better)")
     axes[1].set_title("latency, open loop (lower is better)")
-    return save(fig, out, title)
+    return save(fig, out, title, tight=False)

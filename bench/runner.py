@@ -21,6 +21,17 @@ def produce_key(size: int, producers: int) -> str:
     return f"{size}B_x{producers}"
 
 
+def _tput_stream(size: int, producers: int) -> str:
+    return f"tput-{size}-{producers}"
+
+
+def stream_names(plan: Plan) -> list[str]:
+    """The streams a system's run creates, one per workload, in the order it does."""
+    tput = [_tput_stream(s, p) for s in plan.payload_sizes for p in plan.producer_counts]
+    first = ["latency-1"] if plan.latency_rounds == 1 else []
+    return [*first, *tput, "after-burst", "catchup", "e2e"]
+
+
 async def run_system(
     system: System, plan: Plan, tick: Callable[[str], None], workdir: Path | None = None
 ) -> dict:
@@ -39,6 +50,11 @@ async def _fresh(system: System, stream: str) -> str:
 
 
 async def _workloads(system: System, plan: Plan, tick: Callable[[str], None]) -> dict:
+    # A system whose streams take a wait of their own to create makes them all at once,
+    # before the first workload (peer_nats.NatsCluster: each elects its replicas' leader).
+    prepare = getattr(system, "prepare_streams", None)
+    if prepare is not None:
+        await prepare(stream_names(plan))
     # One latency round has nothing to rotate (bench/interleaved.py): it runs here, on the
     # fresh system before its bursts, instead of on a second instance started for it.
     headline = None
@@ -82,7 +98,7 @@ async def bursts(system: System, plan: Plan, tick: Callable[[str], None]) -> dic
     for size in plan.payload_sizes:
         for producers in plan.producer_counts:
             key = produce_key(size, producers)
-            stream = await _fresh(system, f"tput-{size}-{producers}")
+            stream = await _fresh(system, _tput_stream(size, producers))
             produce[key] = await wl.produce_throughput(system, stream, plan, size, producers)
             await system.drop_stream(stream)
             tick(f"{system.name} produce {key}")

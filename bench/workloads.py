@@ -98,9 +98,10 @@ class Plan:
                 e2e_seconds=5.0,
             )
         if name == "quick":
-            # Under a minute for the nine systems of `bench compare` (65 s on a quiet
-            # machine with 0.6 s produce runs, 1 s open-loop rounds and 20,000 messages to
-            # catch up: NATS reads ~45 k/s, and its 3-server cluster takes ~6 s to elect).
+            # Under a minute for the nine systems of `bench compare`: 51-57 s at load 4-5
+            # (docs/benchmarks.md, "Side by side"), ~37 s of it these durations (three
+            # 0.7 s open-loop rounds and four produce runs of at most 0.5 s per system),
+            # the RF=3 failover's 2 kills 6-10 s; the rest is starting the servers.
             return Plan(
                 produce_count=20_000,
                 produce_seconds=0.5,
