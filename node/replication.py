@@ -8,7 +8,9 @@ in a worker thread, never more than WINDOW_BYTES ahead of the follower's acks, t
 new records as they go to the leader's disk (its fsync and the followers' overlap; the
 commit never passes the leader's durable end), and commit-offset updates. The stream's
 task sleeps on one future that the channel's notify, a new group's write and the
-follower's acks resolve (no task per wait). The follower hands what it
+follower's acks resolve (no task per wait); over the replication port those wakers
+write an idle follower's cached records and due commit updates themselves, and the task
+sleeps on (LeaderStream). The follower hands what it
 receives to its core (core.apply: every entry checked by replication_rules.check_entry,
 stored with the same step as a catch-up copy), and acks once it is synced. Who leads or
 follows, each follower's acknowledged end and the commit offset are the core's.
