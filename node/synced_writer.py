@@ -43,7 +43,7 @@ class SyncedWriter:
         # The thread's queue of flushes (None: stop), started at the first threaded flush.
         # A thread of its own, fed through a SimpleQueue and answering with one
         # call_soon_threadsafe: an executor's futures and a task per flush cost a
-        # follower ~25 µs more CPU per synced write (docs/bench-open20.md).
+        # follower ~25 µs more CPU per synced write (docs/benchmarks.md, "A send alone").
         self._jobs: queue.SimpleQueue[tuple[_Batch, float] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._flushing = False  # a flush is on the thread
