@@ -220,7 +220,7 @@ def plot(systems: dict[str, dict], out: Path, title: str) -> Path:
     }
     fig, axes = plt.subplots(1, 2, figsize=(13, 5))
     # fixed margins that fit the labels (`save`: a tight layout costs a second drawing)
-    fig.subplots_adjust(left=0.06, bottom=0.13, right=0.99, top=0.88, wspace=0.18)
+    fig.subplots_adjust(left=0.06, bottom=0.2, right=0.99, top=0.88, wspace=0.18)
     for ax, series, ylabel in (
         (axes[0], tput, "messages / s (log)"),
         (axes[1], lat, "milliseconds (log)"),
@@ -229,7 +229,7 @@ def plot(systems: dict[str, dict], out: Path, title: str) -> Path:
         for i, (label, values) in enumerate(series.items()):
             xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(names))]
             ax.bar(xs, values, width, label=label)
-        ax.set_xticks(range(len(names)), names, rotation=15)
+        ax.set_xticks(range(len(names)), names, rotation=30, ha="right")  # names overlapped at 15
         ax.set_yscale("log")
         ax.set_ylabel(ylabel)
         ax.grid(axis="y", which="both", alpha=0.3)
