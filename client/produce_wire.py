@@ -53,11 +53,9 @@ class WireProduceCall(wire.FramedProtocol):
         self._pump()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if not self.eof and exc is not None:  # broke before the node ended its side
+            self._end_error = Unavailable(f"produce port connection broke: {exc}")
         super().connection_lost(exc)
-        if not self.eof:
-            self.eof = True
-            if exc is not None:
-                self._end_error = Unavailable(f"produce port connection broke: {exc}")
         self._pump()
 
     # -- answers in -----------------------------------------------------------------

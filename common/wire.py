@@ -142,6 +142,7 @@ class FramedProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
+        self.eof = True
         self._writable.set()  # a drain waiting for the peer ends (with an error)
 
     def eof_received(self) -> bool:

@@ -104,7 +104,6 @@ class _Connection(wire.FramedProtocol, PushedRequests):
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
-        self.eof = True
         self._pump()
         self._port.closed(self)
 

@@ -94,7 +94,6 @@ class WireLink(wire.FramedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
-        self.eof = True
         self._broken = exc
         self._pump()
 

@@ -77,7 +77,6 @@ class _Connection(wire.FramedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
-        self.eof = True
         self._pump()
         if self.stream is not None:
             self.stream.end(None)  # ends quietly; a leader has nothing to tell a gone peer

@@ -15,6 +15,27 @@ from streamwal.grpc_errors import abort
 from streamwal.proto import streaming_pb2 as pb
 from streamwal.proto import wire_pb2
 
+_INFO = "streamwal.wire.StreamingNodeInfoService"
+_MANAGER = "milvus.proto.streaming.StreamingNodeManagerService"
+_REPLICATION = "milvus.proto.streaming.StreamingNodeReplicationService"
+
+
+async def _fake_node(methods: dict[tuple[str, str], tuple]) -> tuple[grpc.aio.Server, str]:
+    """A started gRPC server answering the unary `methods` ((service, method) ->
+    (handler, request class)) on loopback, and its address."""
+    services: dict[str, dict] = {}
+    for (service, method), (handler, request_cls) in methods.items():
+        services.setdefault(service, {})[method] = grpc.unary_unary_rpc_method_handler(
+            handler, request_cls.FromString, lambda m: m.SerializeToString()
+        )
+    server = transport.make_server()
+    server.add_generic_rpc_handlers(
+        [grpc.method_handlers_generic_handler(name, h) for name, h in services.items()]
+    )
+    port = transport.bind(server, "127.0.0.1:0")
+    await server.start()
+    return server, f"127.0.0.1:{port}"
+
 
 async def test_calls_for_a_node_made_together_travel_in_one_batch_each_with_its_answer():
     sent: list[tuple[str, list[str], float]] = []
@@ -80,24 +101,14 @@ async def test_a_node_without_the_batch_service_is_called_one_item_at_a_time():
         calls.append(f"remove {request.pchannel.name}")
         await abort(context, ChannelNotExist(request.pchannel.name))
 
-    def unary(handler, cls):
-        return grpc.unary_unary_rpc_method_handler(
-            handler, cls.FromString, lambda m: m.SerializeToString()
-        )
-
-    server = transport.make_server()
-    server.add_generic_rpc_handlers([
-        grpc.method_handlers_generic_handler("streamwal.wire.StreamingNodeInfoService",
-            {"Describe": unary(describe, wire_pb2.DescribeNodeRequest)}),
-        grpc.method_handlers_generic_handler("milvus.proto.streaming.StreamingNodeReplicationService",
-            {"Fence": unary(fence, pb.FenceRequest)}),
-        grpc.method_handlers_generic_handler("milvus.proto.streaming.StreamingNodeManagerService",
-            {"Remove": unary(remove, pb.StreamingNodeManagerRemoveRequest)}),
-    ])  # fmt: skip
-    port = transport.bind(server, "127.0.0.1:0")
-    await server.start()
+    server, address = await _fake_node(
+        {
+            (_INFO, "Describe"): (describe, wire_pb2.DescribeNodeRequest),
+            (_REPLICATION, "Fence"): (fence, pb.FenceRequest),
+            (_MANAGER, "Remove"): (remove, pb.StreamingNodeManagerRemoveRequest),
+        }
+    )
     links = NodeLinks()
-    address = f"127.0.0.1:{port}"
     try:
         a, b = await asyncio.gather(
             links.fence(address, "a", 2, 5.0), links.fence(address, "bb", 2, 5.0)
@@ -122,22 +133,13 @@ async def test_a_node_marked_to_reconnect_whose_channel_was_dropped_meanwhile_is
     async def status(_request, _context):
         return pb.StreamingNodeManagerCollectStatusResponse(server_id=1)
 
-    def unary(handler, cls):
-        return grpc.unary_unary_rpc_method_handler(
-            handler, cls.FromString, lambda m: m.SerializeToString()
-        )
-
-    server = transport.make_server()
-    server.add_generic_rpc_handlers([
-        grpc.method_handlers_generic_handler("streamwal.wire.StreamingNodeInfoService",
-            {"Describe": unary(describe, wire_pb2.DescribeNodeRequest)}),
-        grpc.method_handlers_generic_handler("milvus.proto.streaming.StreamingNodeManagerService",
-            {"CollectStatus": unary(status, pb.StreamingNodeManagerCollectStatusRequest)}),
-    ])  # fmt: skip
-    port = transport.bind(server, "127.0.0.1:0")
-    await server.start()
+    server, address = await _fake_node(
+        {
+            (_INFO, "Describe"): (describe, wire_pb2.DescribeNodeRequest),
+            (_MANAGER, "CollectStatus"): (status, pb.StreamingNodeManagerCollectStatusRequest),
+        }
+    )
     links = NodeLinks()
-    address = f"127.0.0.1:{port}"
     try:
         assert (await links.collect_status(address, 5.0)).server_id == 1
         links.reconnect(address)
