@@ -11,8 +11,9 @@ task sleeps on one future that the channel's notify, a new group's write and the
 follower's acks resolve (no task per wait); over the replication port those wakers
 write an idle follower's cached records and due commit updates themselves, and the task
 sleeps on (LeaderStream). The follower hands what it
-receives to its core (core.apply: every entry checked by replication_rules.check_entry,
-stored with the same step as a catch-up copy), and acks once it is synced. Who leads or
+receives to its core as it arrives (FollowerStream; core.apply: every entry checked by
+replication_rules.check_entry, stored with the same step as a catch-up copy), and acks
+once it is synced. Who leads or
 follows, each follower's acknowledged end and the commit offset are the core's.
 
 The quorum lease (a leader cut off from its followers reports itself unhealthy) needs
@@ -51,7 +52,8 @@ from streamwal.node import replication_rules as rules
 from streamwal.node.channel import Channel
 from streamwal.node.core import Entry, Following, Leading
 from streamwal.node.health import heard_at, quorum_contact
-from streamwal.node.replication_links import open_link
+from streamwal.node.replication_links import QUEUE, Link, open_link
+from streamwal.node.steps import Drive
 from streamwal.proto import streaming_pb2 as pb
 
 if TYPE_CHECKING:
@@ -69,7 +71,6 @@ COMMIT_LAG_S = 0.02  # a commit update waits this long for a record to carry it
 # Where a leader's stream writes a LogEntry (or one serialized already): a gRPC context's
 # `write` (its serializer passes bytes through) or the replication port's.
 Write = Callable[[pb.LogEntry | bytes], Awaitable[None]]
-_BEAT = object()  # queued to a follower stream: acknowledge now, even with nothing new
 
 
 def _history(starts) -> list[tuple[int, int]]:
@@ -100,8 +101,8 @@ class Replication:
         # and the open streams per (pchannel, follower node).
         self._node_heard: dict[int, float] = {}
         self._open: collections.Counter[tuple[str, int]] = collections.Counter()
-        # Follower side: each following stream's queue and its leader's node id.
-        self._queues: dict[str, tuple[int, asyncio.Queue]] = {}
+        # Follower side: each pchannel's following stream.
+        self._streams: dict[str, FollowerStream] = {}
         self._beats = 0  # rotates the stream a heartbeat goes on
         # (pchannel, follower node): its replica_acked and replica_lag gauges' children.
         self._gauges: dict[tuple[str, int], tuple[Gauge, Gauge]] = {}
@@ -298,15 +299,13 @@ class Replication:
             self.beat()
 
     def beat(self) -> None:
-        """Queue a heartbeat on one following stream per leader node, rotating."""
+        """A heartbeat on one following stream per leader node, rotating."""
         self._beats += 1
-        by_leader: dict[int, list[asyncio.Queue]] = {}
-        for leader, queue in self._queues.values():
-            by_leader.setdefault(leader, []).append(queue)
-        for queues in by_leader.values():
-            queue = queues[self._beats % len(queues)]
-            if queue.empty():  # a busy stream acknowledges anyway
-                queue.put_nowait(_BEAT)
+        by_leader: dict[int, list[FollowerStream]] = {}
+        for stream in self._streams.values():
+            by_leader.setdefault(stream.role.leader.node_id, []).append(stream)
+        for streams in by_leader.values():
+            streams[self._beats % len(streams)].beat()
 
     async def _follow(self, ch: Channel, role: Following) -> None:
         """Stream from the leader while the role lasts, reconnecting with backoff."""
@@ -348,49 +347,145 @@ class Replication:
 
     async def _follow_once(self, ch: Channel, role: Following) -> None:
         link = await open_link(role.leader.address)
-        self._queues[ch.name] = (role.leader.node_id, link.queue)
+        stream = self._streams[ch.name] = FollowerStream(self, ch, role, link)
         try:
-            await link.write(self._ack(ch, role, first=True))
-            while ch.core.role is role:
-                entries = [await link.queue.get()]
-                size = _size(entries[0])
-                while not link.queue.empty() and size < APPLY_BYTES:
-                    entries.append(link.queue.get_nowait())
-                    size += _size(entries[-1])
-                link.took()
-                end = next((e for e in entries if isinstance(e, BaseException)), None)
-                applied = [e for e in entries if isinstance(e, pb.LogEntry)]
-                changed = bool(applied) and ch.core.role is role
-                stored = changed and await self.apply(ch, applied)
-                beat = any(e is _BEAT for e in entries) and ch.core.role is role
-                if stored or beat:
-                    await link.write(self._ack(ch, role))
-                if end is not None:
-                    raise end
+            link.send(self._ack(ch, role, first=True))
+            link.start(stream.offer)
+            await stream.done
         finally:
-            if self._queues.get(ch.name, (0, None))[1] is link.queue:
-                del self._queues[ch.name]
+            stream.close()
+            if self._streams.get(ch.name) is stream:
+                del self._streams[ch.name]
             await link.close()
 
-    async def apply(self, ch: Channel, entries: list[pb.LogEntry]) -> bool:
-        """The core applies its leader's entries (core.apply: cut if told, store, sync,
-        then learn the commit offset); True when the log changed (to acknowledge)."""
-        got: list[Entry] = []
-        for e in entries:
-            cut = e.truncate_from if e.HasField("truncate_from") else None
-            got.append(Entry(e.term, e.offset, e.record, cut, e.commit_offset))
-            offset = e.offset + (records.peek(e.record)[2] if e.record else 0)
-            for value in e.next_records:
-                got.append(Entry(e.term, offset, value, None, e.commit_offset))
-                offset += records.peek(value)[2]
-        return await self.wal.steps(ch, ch.core.apply(got))
+
+def entries(got: list[pb.LogEntry]) -> list[Entry]:
+    """A leader's LogEntries as the core applies them (core.apply): one Entry a record."""
+    out: list[Entry] = []
+    for e in got:
+        cut = e.truncate_from if e.HasField("truncate_from") else None
+        out.append(Entry(e.term, e.offset, e.record, cut, e.commit_offset))
+        offset = e.offset + (records.peek(e.record)[2] if e.record else 0)
+        for value in e.next_records:
+            out.append(Entry(e.term, offset, value, None, e.commit_offset))
+            offset += records.peek(value)[2]
+    return out
 
 
-def _size(item: object) -> int:
-    """Record bytes of a queued LogEntry (an error ends the stream: none)."""
-    if not isinstance(item, pb.LogEntry):
-        return 0
-    return len(item.record) + sum(map(len, item.next_records))
+class FollowerStream:
+    """A follower's half of one Replicate stream: what the link receives is applied as it
+    arrives, in order, one batch at a time (up to APPLY_BYTES; what arrives meanwhile
+    waits for the next), and acknowledged once durable.
+
+    The core's steps are driven from callbacks (steps.Drive): over the replication port
+    a one-at-a-time send is applied in the socket's `data_received` and acknowledged from
+    its synced write's done callback, with no task woken; only a step that waits in its
+    own way (a cut of a divergent suffix) goes to a task. The follower's task
+    (`Replication._follow_once`) only opens the stream and waits for its end (`done`):
+    the error it ended with (a rejected entry, a term mismatch, a disk error, the
+    leader's), or None when the role ended."""
+
+    def __init__(self, repl: Replication, ch: Channel, role: Following, link: Link) -> None:
+        self.repl = repl
+        self.ch = ch
+        self.role = role
+        self.link = link
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._backlog: collections.deque = collections.deque()  # received, not applied
+        self._applying: Drive | None = None
+        self._end: BaseException | None = None  # ends the stream once its batch is applied
+        self._beat = False  # acknowledge after this batch, even with nothing new
+        self._running = False  # `_next` is on the stack: it goes on by itself
+
+    def offer(self, got: list) -> bool:
+        """The link's sink: LogEntries, and last the exception the stream ended with."""
+        if not self.done.done():
+            self._backlog.extend(got)
+            self._next()
+        return len(self._backlog) < QUEUE
+
+    def beat(self) -> None:
+        """Acknowledge now (or after the batch being applied), with nothing new or not."""
+        self._beat = True
+        self._next()
+
+    def close(self) -> None:
+        """The stream is over: a write under way goes on (`Replication.settle`), nothing
+        after it is done."""
+        if not self.done.done():
+            self.done.set_result(None)
+        if self._applying is not None:
+            self._applying.cancel()
+
+    def _finish(self, err: BaseException | None) -> None:
+        if not self.done.done():
+            if err is None:
+                self.done.set_result(None)
+            else:
+                self.done.set_exception(err)
+
+    def _next(self) -> None:
+        """Apply the next batch, and the ones after it that need no waiting."""
+        if self._running:
+            return
+        self._running = True
+        try:
+            while self._applying is None and not self.done.done():
+                if self.ch.core.role is not self.role:
+                    self._finish(None)
+                elif self._beat:  # before the next batch: an ack counts what is durable
+                    self._acknowledge()
+                elif self._end is not None:
+                    self._finish(self._end)
+                elif self._backlog:
+                    self._apply(self._take())
+                else:
+                    break
+        finally:
+            self._running = False
+
+    def _take(self) -> list[pb.LogEntry]:
+        """The next batch, up to APPLY_BYTES (at least one entry); the stream's end is
+        kept for after it."""
+        got: list[pb.LogEntry] = []
+        size = 0
+        while self._backlog and (not got or size < APPLY_BYTES):
+            item = self._backlog.popleft()
+            if isinstance(item, BaseException):
+                self._end = item
+                self._backlog.clear()
+                break
+            got.append(item)
+            size += len(item.record) + sum(map(len, item.next_records))
+        if len(self._backlog) < QUEUE:
+            self.link.took()
+        return got
+
+    def _apply(self, got: list[pb.LogEntry]) -> None:
+        if not got:
+            return
+        ch = self.ch
+        drive = self._applying = Drive(
+            ch.core.apply(entries(got)), self.repl.wal.stepper(ch), self._applied
+        )
+        drive.start()
+
+    def _applied(self, changed: bool, err: BaseException | None) -> None:
+        """The core applied a batch: True when the log changed (durable now)."""
+        self._applying = None
+        if err is not None:
+            self._finish(err)
+            return
+        if changed and self.ch.core.role is self.role:
+            self._beat = True
+        self._next()
+
+    def _acknowledge(self) -> None:
+        self._beat = False
+        try:
+            self.link.send(self.repl._ack(self.ch, self.role))
+        except StreamingError as err:
+            self._finish(err)
 
 
 def term_error(pchannel: str, theirs: int, ours: int) -> StreamingError:
