@@ -414,6 +414,8 @@ class FollowerStream:
         after it is done."""
         if not self.done.done():
             self.done.set_result(None)
+        elif not self.done.cancelled():
+            self.done.exception()  # retrieved: a stream ended by its task's cancel
         if self._applying is not None:
             self._applying.cancel()
 
