@@ -9,6 +9,7 @@ move is a handover or a move with the log, never a failover nor an unclean one."
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 
 import pytest
@@ -18,6 +19,9 @@ from streamwal.testing.history import Acked, check, payload, read_log
 from tests.operator.conftest import RELEASE, Cluster, collect_status, pchannel_yaml, wait_for
 
 NAMES = {"ch-roll3": 3, "ch-roll1": 1}
+NOT_A_MOVE = {"Failover", "UncleanFailover", "WaitingForReplica"}
+# The operator's log lines that say why a pchannel failed over (printed on failure).
+WHY = re.compile(r"failover|liveness changed|node down|unhealthy|lease")
 
 
 def _kube_node(i: int) -> str:
@@ -104,8 +108,11 @@ async def test_deleting_node_pods_one_by_one_under_load_loses_and_fails_over_not
     for name, verdict in verdicts.items():
         assert verdict.ok, f"{name}: {verdict.summary()}"
     print(f"\nrolling restart of 3 node pods: {dict((n, len(a)) for n, a in acked.items())} acked")
-    for name in NAMES:
-        reasons = {e.reason for e in cluster.events(name)}
-        assert not reasons & {"Failover", "UncleanFailover", "WaitingForReplica"}, reasons
-    assert '"unclean failover"' not in op.text() and '"failover done"' not in op.text()
+    moved = {
+        name: [f"{e.reason}: {e.message}" for e in cluster.events(name) if e.reason in NOT_A_MOVE]
+        for name in NAMES
+    }
+    why = [line for line in op.text().splitlines() if WHY.search(line)]
+    assert not any(moved.values()), f"{moved}; the operator's log: {why[-20:]}"
+    assert '"unclean failover"' not in op.text() and '"failover done"' not in op.text(), why
     assert not cluster.forbidden()
