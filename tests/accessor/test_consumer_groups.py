@@ -17,7 +17,7 @@ from streamwal.errors import (
     InvalidArgument,
     UnmatchedChannelTerm,
 )
-from tests.node.conftest import client, node, pchannel, start_node  # noqa: F401
+from tests.node.conftest import client, node, node_dir, pchannel, start_node  # noqa: F401
 from tests.node.helpers import read_data
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.node.conftest import pchannel, start_node  # noqa: F401
+from tests.node.conftest import node_dir, pchannel, start_node  # noqa: F401
 from tests.replication.conftest import trio  # noqa: F401
 from tests.replication.helpers import assign_replicas
 from tests.replication.test_node_replication_failover import _fail_over

@@ -19,7 +19,7 @@ from streamwal.ids import decode_offset
 from streamwal.proto import streaming_pb2 as pb
 from streamwal.testing.local_node import free_port
 from streamwal.transport import make_channel
-from tests.node.conftest import client, node, pchannel, start_node  # noqa: F401
+from tests.node.conftest import client, node, node_dir, pchannel, start_node  # noqa: F401
 from tests.node.helpers import HANDLER, read_data, read_log, sample, scrape
 
 

@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import glob
 import json
+import os
 import re
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -37,6 +40,19 @@ FAST = 3
 CHANNELS = 6
 TICK_BOUND = 60.0  # seconds: ticks ahead of the real time by more than this are frozen
 NAMES_CLOCK = re.compile(r"clock|skew|offset", re.IGNORECASE)
+
+
+@pytest.fixture(autouse=True)
+def faketime_shm_removed() -> Iterator[None]:
+    """libfaketime 0.9.10 makes a shared-memory object and a semaphore per process in
+    /dev/shm and removes them at a clean exit only: the nodes this test SIGKILLs would
+    leave theirs behind."""
+    pattern = "/dev/shm/*faketime_s[eh]m_*"
+    before = set(glob.glob(pattern))
+    yield
+    for path in set(glob.glob(pattern)) - before:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 def clock_warnings(*logs) -> list[str]:

@@ -34,7 +34,13 @@ StartNode = Callable[..., LocalNode]
 
 
 @pytest.fixture
-def start_node(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[StartNode]:
+def node_dir(tmp_path: Path) -> Path:
+    """Where `start_node` puts the nodes' data and logs (a module may override it)."""
+    return tmp_path
+
+
+@pytest.fixture
+def start_node(node_dir: Path, request: pytest.FixtureRequest) -> Iterator[StartNode]:
     """start_node(name="n1", *args, node_id=1, env=None): a serving LocalNode with flags
     `args` (and STREAMWAL_NODE_* variables in `env`)."""
     nodes: list[LocalNode] = []
@@ -42,7 +48,7 @@ def start_node(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Start
     def start(
         name: str = "n1", *args: str, node_id: int = 1, env: dict[str, str] | None = None
     ) -> LocalNode:
-        node = LocalNode(tmp_path / name, node_id=node_id, extra_args=tuple(args), env=env)
+        node = LocalNode(node_dir / name, node_id=node_id, extra_args=tuple(args), env=env)
         nodes.append(node)
         return node.start(timeout=60)
 

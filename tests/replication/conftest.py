@@ -14,6 +14,7 @@ if str(ROOT) not in sys.path:
 
 from streamwal.client.node_client import NodeClient  # noqa: E402
 from tests.node.conftest import (  # noqa: E402,F401  (fixtures and the report hook)
+    node_dir,
     pchannel,
     pytest_runtest_makereport,
     start_node,
