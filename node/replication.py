@@ -443,6 +443,8 @@ class FollowerStream:
                     self._apply(self._take())
                 else:
                     break
+        except Exception as exc:  # a bug ends this stream (its task logs it), not following
+            self._finish(exc)
         finally:
             self._running = False
 

@@ -7,6 +7,7 @@ error. In-process, on a real Wal over RocksDB, with a stand-in link."""
 from __future__ import annotations
 
 import asyncio
+import struct
 
 import pytest
 
@@ -107,13 +108,25 @@ async def test_entries_apply_in_order_and_each_ack_counts_only_durable_records(
         await _closed(wal, stream)
 
 
-@pytest.mark.parametrize("bad", ["term", "offset", "disk"])
+def _corrupt() -> pb.LogEntry:
+    entry = _entry(0)
+    entry.record = entry.record[:-1] + bytes([entry.record[-1] ^ 1])
+    return entry
+
+
+@pytest.mark.parametrize("bad", ["term", "offset", "corrupt", "short", "disk"])
 async def test_a_bad_entry_or_a_failed_write_ends_the_stream_unacknowledged(
     tmp_path, bad: str
 ) -> None:
     wal, stream, link = await _follower(tmp_path)
     try:
-        got = {"term": [_entry(0, term=2)], "offset": [_entry(5)], "disk": [_entry(0)]}[bad]
+        got = {
+            "term": [_entry(0, term=2)],
+            "offset": [_entry(5)],
+            "corrupt": [_corrupt()],  # fails its checksum
+            "short": [pb.LogEntry(term=1, offset=0, record=b"abc")],  # not even a header
+            "disk": [_entry(0)],
+        }[bad]
         if bad == "disk":
 
             def full(_wbs) -> None:
@@ -121,8 +134,8 @@ async def test_a_bad_entry_or_a_failed_write_ends_the_stream_unacknowledged(
 
             wal.store.write_synced_many = full  # type: ignore[method-assign]
         stream.offer([*got, _entry(1)])
-        error = rules.Rejected if bad != "disk" else OSError
-        with pytest.raises(error):
+        error = {"corrupt": records.CorruptRecord, "short": struct.error, "disk": OSError}
+        with pytest.raises(error.get(bad, rules.Rejected)):
             await asyncio.wait_for(stream.done, 2)
         assert not link.acks
         assert wal.channels["ch"].committed_next == 0  # nothing after it, nothing undurable
