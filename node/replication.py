@@ -299,7 +299,8 @@ class Replication:
             self.beat()
 
     def beat(self) -> None:
-        """A heartbeat on one following stream per leader node, rotating."""
+        """A heartbeat on one following stream per leader node, rotating; written at once,
+        even while the stream waits for its disk (`FollowerStream.beat`)."""
         self._beats += 1
         by_leader: dict[int, list[FollowerStream]] = {}
         for stream in self._streams.values():
@@ -334,22 +335,24 @@ class Replication:
             await asyncio.sleep(delay)
             delay = min(delay * 2, BACKOFF[1])
 
-    def _ack(self, ch: Channel, role: Following, first: bool = False) -> pb.ReplicaAck:
+    def ack(self, ch: Channel, role: Following, end: int, first: bool = False) -> pb.ReplicaAck:
+        """A ReplicaAck: this follower holds (synced) everything below `end`."""
         return pb.ReplicaAck(
             pchannel=ch.name,
             term=role.term,
             node_id=self.node_id,
             replica=role.ordinal,
-            acked_offset=ch.committed_next,
+            acked_offset=end,
             term_history=_starts(ch.meta.history) if first else (),
             batched=first,
         )
 
     async def _follow_once(self, ch: Channel, role: Following) -> None:
         link = await open_link(role.leader.address)
-        stream = self._streams[ch.name] = FollowerStream(self, ch, role, link)
+        stream = FollowerStream(self, ch, role, link)
         try:
-            link.send(self._ack(ch, role, first=True))
+            link.send(self.ack(ch, role, ch.committed_next, first=True))
+            self._streams[ch.name] = stream  # heartbeats after the first ack
             link.start(stream.offer)
             await stream.done
         finally:
@@ -394,7 +397,9 @@ class FollowerStream:
         self._backlog: collections.deque = collections.deque()  # received, not applied
         self._applying: Drive | None = None
         self._end: BaseException | None = None  # ends the stream once its batch is applied
-        self._beat = False  # acknowledge after this batch, even with nothing new
+        self._owed = False  # a batch changed the log: acknowledge before the next one
+        # The end last acknowledged after an applied batch (None: none applied yet).
+        self._acked: int | None = None
         self._running = False  # `_next` is on the stack: it goes on by itself
 
     def offer(self, got: list) -> bool:
@@ -405,9 +410,15 @@ class FollowerStream:
         return len(self._backlog) < QUEUE
 
     def beat(self) -> None:
-        """Acknowledge now (or after the batch being applied), with nothing new or not."""
-        self._beat = True
-        self._next()
+        """A heartbeat, written at once, also while a batch waits for the disk: the
+        leader's quorum lease is about reaching its followers, not their disks' speed (a
+        follower whose disk stalls is slow, not gone). It repeats the end last
+        acknowledged after an applied batch, never the log's end of the moment: that
+        counts a batch still on its way to the disk, or, before the stream's first batch
+        (only a stream's first entry may cut), a suffix the leader's log does not have.
+        Before the first batch it says nothing: the leader heard the first ack just now."""
+        if self._acked is not None and not self.done.done() and self.ch.core.role is self.role:
+            self._send(self._acked)
 
     def close(self) -> None:
         """The stream is over: a write under way goes on (`Replication.settle`), nothing
@@ -435,8 +446,10 @@ class FollowerStream:
             while self._applying is None and not self.done.done():
                 if self.ch.core.role is not self.role:
                     self._finish(None)
-                elif self._beat:  # before the next batch: an ack counts what is durable
-                    self._acknowledge()
+                elif self._owed:  # before the next batch: nothing is on its way to disk
+                    self._owed = False
+                    self._acked = self.ch.committed_next
+                    self._send(self._acked)
                 elif self._end is not None:
                     self._finish(self._end)
                 elif self._backlog:
@@ -480,14 +493,15 @@ class FollowerStream:
         if err is not None:
             self._finish(err)
             return
-        if changed and self.ch.core.role is self.role:
-            self._beat = True
+        if changed:
+            self._owed = True
+        elif self._acked is None:
+            self._acked = self.ch.committed_next  # the first batch cut and stored nothing
         self._next()
 
-    def _acknowledge(self) -> None:
-        self._beat = False
+    def _send(self, end: int) -> None:
         try:
-            self.link.send(self.repl._ack(self.ch, self.role))
+            self.link.send(self.repl.ack(self.ch, self.role, end))
         except StreamingError as err:
             self._finish(err)
 
