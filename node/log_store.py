@@ -14,9 +14,6 @@ Recovery seeks to the last record of each pchannel instead of scanning the log.
 
 from __future__ import annotations
 
-import logging
-import mmap
-import os
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -35,14 +32,12 @@ from rocksdict import (
 from streamwal.errors import DataLoss, Inner, StreamingError
 from streamwal.node import records
 from streamwal.node.channel_meta import ChannelMeta, Tail
+from streamwal.node.table_writeback import TableWriteback
 
 _U64 = struct.Struct(">Q")
 _MAX_KEY = b"\xff" * 8
 _PREWARM_PREFIX = b"\xfewal-prewarm\0"  # no log, meta or state key starts with 0xfe
 _UNSYNCED = WriteOptions()
-_DIRECT_IO_PROBE = ".direct-io-probe"
-
-log = logging.getLogger(__name__)
 
 
 class StoreCorruption(DataLoss):
@@ -127,30 +122,6 @@ def _low_priority_compaction_env() -> Env:
     return env
 
 
-def direct_io_works(directory: Path) -> bool:
-    """Whether files in `directory` take O_DIRECT writes, as RocksDB's flushes and
-    compactions make them when the store asks for it (`LogStore`). Some file systems
-    refuse the open or the write (tmpfs before Linux 6.6, some FUSE ones): a store there
-    writes its tables through the page cache instead."""
-    flag = getattr(os, "O_DIRECT", 0)
-    if not flag:
-        return False
-    probe = directory / _DIRECT_IO_PROBE
-    block = mmap.mmap(-1, mmap.PAGESIZE)  # page-aligned and page-sized, as O_DIRECT wants
-    try:
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | flag, 0o600)
-        try:
-            os.write(fd, block)
-        finally:
-            os.close(fd)
-    except OSError:
-        return False
-    finally:
-        block.close()
-        probe.unlink(missing_ok=True)
-    return True
-
-
 class LogStore:
     """Thin wrapper over one RocksDB; every method is synchronous (callers pick the thread)."""
 
@@ -184,25 +155,18 @@ class LogStore:
         # recycled file's stale records from new ones by their log number, and keeps
         # recycling only under point-in-time recovery (its default, which we use).
         opts.set_recycle_log_file_num(4)
-        # A flush or compaction writes its table with direct I/O, 1 MiB at a time, so the
-        # disk gets it as it is written. Through the page cache a flushed 64 MiB memtable
-        # reached the disk at once, at the table's fsync, and every WAL fsync of the node
-        # (and of the other nodes on that disk) queued behind it: a replicated produce run
-        # stopped for 100-250 ms at each memtable switch (docs/decisions-sustained.md).
-        # `bytes_per_sync` would spread the page-cache writes instead, but the rocksdict
-        # wheel's RocksDB is built without sync_file_range, so that option does nothing.
-        if direct_io_works(Path(path)):
-            opts.set_use_direct_io_for_flush_and_compaction(True)
-        else:
-            log.warning(
-                "%s takes no direct I/O: RocksDB writes its tables through the page cache, "
-                "and WAL fsyncs can wait behind a flushed memtable",
-                path,
-            )
         if low_priority_compaction:
             opts.set_env(_low_priority_compaction_env())
         self.path = Path(path)
-        self._db = Rdict(str(path), opts)
+        # Started before RocksDB opens, so that every table it writes (the pre-warm's too)
+        # reaches the disk as it is written, not all at once at its fsync.
+        self._writeback = TableWriteback(self.path)
+        self._writeback.start()
+        try:
+            self._db = Rdict(str(path), opts)
+        except BaseException:
+            self._writeback.close()
+            raise
         self._write_opts = WriteOptions()
         self._write_opts.sync = sync
         self._sync_opts = WriteOptions()  # fences, term history, copied logs: always synced
@@ -240,6 +204,7 @@ class LogStore:
 
     def close(self) -> None:
         self._db.close()
+        self._writeback.close()
 
     # -- meta --------------------------------------------------------------------------
 
