@@ -178,14 +178,14 @@ def _plan_name(quick: bool, smoke: bool) -> str:
 @click.command("compare")
 @click.option("--quick", is_flag=True, help="Small counts: under a minute (CI smoke use).")
 @click.option("--smoke", is_flag=True, hidden=True, help="Even smaller: for the test suite.")
-@report.out_option("docs/benchmarks-compare.png", "the systems' throughput and latency")
+@report.out_option("the systems' throughput and latency")
 @click.option(
     "--only",
     multiple=True,
     type=click.Choice([*PEERS, "ceiling"]),
     help="Run only these systems (repeatable).",
 )
-def compare(quick: bool, smoke: bool, out: str, only: tuple[str, ...]) -> None:
+def compare(quick: bool, smoke: bool, out: str | None, only: tuple[str, ...]) -> None:
     """Side-by-side benchmark of streamwal, Redis Streams, NATS JetStream and the ceiling.
 
     Each system is started here on loopback with its durability stated next to its
@@ -214,7 +214,7 @@ def compare(quick: bool, smoke: bool, out: str, only: tuple[str, ...]) -> None:
         f"{time.time() - started:.0f} s)"
     )
     plotted = None
-    if any("error" not in e for e in systems.values()):
+    if out is not None and any("error" not in e for e in systems.values()):
         plotted = str(report.plot(systems, Path(out), title))
         click.echo(f"plot: {plotted}")
     failed = [n for n, e in systems.items() if "error" in e and "not available" not in e["error"]]

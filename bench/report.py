@@ -154,14 +154,14 @@ def _ratio_lines(systems: dict[str, dict]) -> list[str]:
     return ["ratios (>1x: streamwal ahead):", *out] if out else []
 
 
-def out_option(default: str, what: str):
-    """`--out PNG` of a benchmark that plots `what`, written under docs/ by default."""
+def out_option(what: str):
+    """`--out PNG` of a benchmark that plots `what`: no plot unless asked for (a default
+    path wrote over the committed docs/ plots whenever a benchmark ran in a checkout)."""
     return click.option(
         "--out",
-        default=default,
-        show_default=True,
+        default=None,
         type=click.Path(dir_okay=False),
-        help=f"Where to write the PNG plot of {what}.",
+        help=f"Write a PNG plot of {what} here (docs/ keeps the plot of the current run).",
     )
 
 

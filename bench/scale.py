@@ -411,7 +411,7 @@ def _plotted(case: dict, key: str) -> float | None:
 )
 @click.option("--sim-pchannels", default=10_000, show_default=True, type=click.IntRange(1))
 @click.option("--sim-nodes", default=100, show_default=True, type=click.IntRange(2))
-@report.out_option("docs/benchmarks-scale.png", "the cases (the curves over --pchannels)")
+@report.out_option("the cases (the curves over --pchannels)")
 def scale(
     pchannels: str,
     replicas: str,
@@ -422,7 +422,7 @@ def scale(
     grace: float | None,
     sim_pchannels: int,
     sim_nodes: int,
-    out: str,
+    out: str | None,
 ) -> None:
     """Create, place and fail over many pchannels on local nodes; JSON on stdout."""
     from tqdm import tqdm
@@ -462,7 +462,7 @@ def scale(
             results["sim"] = run_scale(sim_nodes, sim_pchannels)
             bar.update(1)
     measured = [c for c in results["cases"] if "error" not in c]
-    if measured:
+    if measured and out is not None:
         title = f"streamwal bench scale ({nodes} nodes, {time.strftime('%Y-%m-%d %H:%M')})"
         results["plot"] = str(plot(measured, Path(out), title))
     print(json.dumps(results, indent=2))

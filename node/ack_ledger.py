@@ -14,10 +14,10 @@ Layout: a memory-mapped file of fixed 256-byte slots, one per pchannel, never mo
 The name and its CRC are written and fsynced once, when the slot is allocated; after
 that only the mark changes, with one aligned 8-byte store into the mapping. A store
 cannot be torn by a process kill, and the mapping is the page cache, so the mark
-survives kill -9 without a system call on the append path. `sync()` (msync) makes it
-survive a power loss too; until then a power loss can only bring back an older, lower
-mark, which weakens the check for a moment but never raises a false alarm, because the
-records a mark covers were durable before the mark was stored.
+survives kill -9 without a system call on the append path. `sync()` (an fdatasync of
+the file) makes it survive a power loss too; until then a power loss can only bring
+back an older, lower mark, which weakens the check for a moment but never raises a false
+alarm, because the records a mark covers were durable before the mark was stored.
 
 The ceiling serves async durability, where a power loss takes acknowledged records by
 design (the last second): every offset a single-replica pchannel acknowledged is below
@@ -31,7 +31,6 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-import threading
 import zlib
 from pathlib import Path
 
@@ -62,11 +61,9 @@ class AckLedger:
         size = os.fstat(self._fd).st_size
         if size % SLOT:
             raise LedgerError(f"{self.path}: size {size} is not a multiple of {SLOT}")
+        # `sync` runs in a worker thread (Wal's ledger loop) and syncs the file, never the
+        # mapping, which `slot` may replace on the event loop meanwhile.
         self._map: mmap.mmap | None = None
-        # `sync` runs in a worker thread (Wal's ledger loop) while `slot` may replace the
-        # mapping on the event loop: a flush of a mapping closed under it raised
-        # ValueError and ended the loop's periodic syncs for good.
-        self._mapping = threading.Lock()
         self._capacity = 0
         self._slots: dict[str, int] = {}
         self._used = 0
@@ -76,11 +73,10 @@ class AckLedger:
             self._load()
 
     def _remap(self, capacity: int) -> None:
-        with self._mapping:
-            if self._map is not None:
-                self._map.close()
-            self._map = mmap.mmap(self._fd, capacity * SLOT)
-            self._capacity = capacity
+        if self._map is not None:
+            self._map.close()
+        self._map = mmap.mmap(self._fd, capacity * SLOT)
+        self._capacity = capacity
 
     def _load(self) -> None:
         assert self._map is not None
@@ -147,8 +143,6 @@ class AckLedger:
         """Every slot allocated so far survives a power loss once this returns (their
         names and the file's size). Raises OSError, and is due again, if it failed."""
         if self.unsynced:
-            assert self._map is not None
-            self._map.flush()
             os.fsync(self._fd)
             self.unsynced = False
 
@@ -183,15 +177,15 @@ class AckLedger:
 
     def sync(self) -> None:
         """Every mark stored so far survives a power loss once this returns (from any
-        thread)."""
-        with self._mapping:
-            if self._map is not None:
-                self._map.flush()
+        thread). An fdatasync of the file writes the mapping's dirty pages (they are the
+        file's page cache) and releases the GIL; `mmap.flush` (msync) holds it, and a disk
+        that stalls then stalls every thread of the node (wal_files.py says the same of
+        rocksdict's synced writes)."""
+        os.fdatasync(self._fd)
 
     def close(self) -> None:
         self.sync()
-        with self._mapping:
-            if self._map is not None:
-                self._map.close()
-                self._map = None
+        if self._map is not None:
+            self._map.close()
+            self._map = None
         os.close(self._fd)

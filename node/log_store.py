@@ -33,6 +33,7 @@ from streamwal.errors import DataLoss, Inner, StreamingError
 from streamwal.node import records
 from streamwal.node.channel_meta import ChannelMeta, Tail
 from streamwal.node.table_writeback import TableWriteback
+from streamwal.node.wal_files import WalFiles
 
 _U64 = struct.Struct(">Q")
 _MAX_KEY = b"\xff" * 8
@@ -158,19 +159,15 @@ class LogStore:
         if low_priority_compaction:
             opts.set_env(_low_priority_compaction_env())
         self.path = Path(path)
-        # Started before RocksDB opens, so that every table it writes (the pre-warm's too)
-        # reaches the disk as it is written, not all at once at its fsync.
+        self._db = Rdict(str(path), opts)
+        # Synced writes are an unsynced write and then `wal.sync()`: rocksdict holds the
+        # GIL through a synced write's fsync (wal_files.py).
+        self.wal = WalFiles(path)
+        # Every table RocksDB writes from here on (the pre-warm's too) reaches the disk as
+        # it is written, not all at once at its fsync (table_writeback.py). Started after
+        # the WAL's watch, which the store cannot do without, while this one can.
         self._writeback = TableWriteback(self.path)
         self._writeback.start()
-        try:
-            self._db = Rdict(str(path), opts)
-        except BaseException:
-            self._writeback.close()
-            raise
-        self._write_opts = WriteOptions()
-        self._write_opts.sync = sync
-        self._sync_opts = WriteOptions()  # fences, term history, copied logs: always synced
-        self._sync_opts.sync = True
         self.sync = sync
         if new_store and wal_prewarm_bytes > 0:
             self._prewarm_wal(wal_prewarm_bytes)
@@ -194,7 +191,9 @@ class LogStore:
             wb.put(_PREWARM_PREFIX + _U64.pack(i), chunk)
             # The last write syncs the whole file: left to background writeback, its dirty
             # pages slowed the first appends' fsyncs for half a minute.
-            self._db.write(wb, self._sync_opts if i == count - 1 else _UNSYNCED)
+            self._db.write(wb, _UNSYNCED)
+            if i == count - 1:
+                self.wal.sync()
         self._db.flush()
         wb = WriteBatch(raw_mode=True)
         wb.delete_range(_PREWARM_PREFIX, _PREWARM_PREFIX + _MAX_KEY)
@@ -204,6 +203,7 @@ class LogStore:
 
     def close(self) -> None:
         self._db.close()
+        self.wal.close()
         self._writeback.close()
 
     # -- meta --------------------------------------------------------------------------
@@ -318,13 +318,17 @@ class LogStore:
         wb.put(_size_key(name), _U64.pack(size))
 
     def write(self, wb: WriteBatch) -> None:
-        self._write(wb, self._write_opts)
+        """Synced or not, as the store's durability says."""
+        if self.sync:
+            self.write_synced(wb)
+        else:
+            self._write(wb)
 
-    def _write(self, wb: WriteBatch, opts: WriteOptions) -> None:
+    def _write(self, wb: WriteBatch) -> None:
         """A write RocksDB refuses (no space, a read-only or failing disk) is a
         StreamingError for the caller to answer with, never an unexpected exception."""
         try:
-            self._db.write(wb, opts)
+            self._db.write(wb, _UNSYNCED)
         except Exception as exc:
             raise StoreUnwritable(f"storage write failed: {exc}") from None
 
@@ -460,17 +464,18 @@ class LogStore:
     def sync_wal(self) -> None:
         """Make every write so far durable (async durability's periodic sync)."""
         try:
-            self._db.flush_wal(True)
-        except Exception as exc:
+            self.wal.sync()
+        except OSError as exc:
             raise StoreUnwritable(f"storage sync failed: {exc}") from None
 
     def write_synced(self, wb: WriteBatch) -> None:
-        self._write(wb, self._sync_opts)
+        """Durable on return, whatever the store's durability (fences, term history,
+        copied logs)."""
+        self.write_synced_many([wb])
 
     def write_synced_many(self, wbs: list[WriteBatch]) -> None:
-        """Every batch durable with one fsync: all but the last unsynced, the last synced
-        (the WAL is sequential, so its sync covers the ones before; node/synced_writer.py).
-        A failure fails them all: the callers go back to what the store holds."""
-        for wb in wbs[:-1]:
-            self._write(wb, _UNSYNCED)
-        self.write_synced(wbs[-1])
+        """Every batch durable with one sync of the WAL (node/synced_writer.py). A failure
+        fails them all: the callers go back to what the store holds."""
+        for wb in wbs:
+            self._write(wb)
+        self.sync_wal()

@@ -69,7 +69,6 @@ COMMIT_LAG_S = 0.02  # a commit update waits this long for a record to carry it
 # Where a leader's stream writes a LogEntry (or one serialized already): a gRPC context's
 # `write` (its serializer passes bytes through) or the replication port's.
 Write = Callable[[pb.LogEntry | bytes], Awaitable[None]]
-_BEAT = object()  # queued to a follower stream: acknowledge now, even with nothing new
 
 
 def _history(starts) -> list[tuple[int, int]]:
@@ -100,8 +99,8 @@ class Replication:
         # and the open streams per (pchannel, follower node).
         self._node_heard: dict[int, float] = {}
         self._open: collections.Counter[tuple[str, int]] = collections.Counter()
-        # Follower side: each following stream's queue and its leader's node id.
-        self._queues: dict[str, tuple[int, asyncio.Queue]] = {}
+        # Follower side: each following stream's leader node id and heartbeat.
+        self._beaters: dict[str, tuple[int, Callable[[], None]]] = {}
         self._beats = 0  # rotates the stream a heartbeat goes on
         # (pchannel, follower node): its replica_acked and replica_lag gauges' children.
         self._gauges: dict[tuple[str, int], tuple[Gauge, Gauge]] = {}
@@ -298,15 +297,14 @@ class Replication:
             self.beat()
 
     def beat(self) -> None:
-        """Queue a heartbeat on one following stream per leader node, rotating."""
+        """A heartbeat on one following stream per leader node, rotating; written at once,
+        even while the stream's loop waits for its disk (`Link.beat`)."""
         self._beats += 1
-        by_leader: dict[int, list[asyncio.Queue]] = {}
-        for leader, queue in self._queues.values():
-            by_leader.setdefault(leader, []).append(queue)
-        for queues in by_leader.values():
-            queue = queues[self._beats % len(queues)]
-            if queue.empty():  # a busy stream acknowledges anyway
-                queue.put_nowait(_BEAT)
+        by_leader: dict[int, list[Callable[[], None]]] = {}
+        for leader, beat in self._beaters.values():
+            by_leader.setdefault(leader, []).append(beat)
+        for beats in by_leader.values():
+            beats[self._beats % len(beats)]()
 
     async def _follow(self, ch: Channel, role: Following) -> None:
         """Stream from the leader while the role lasts, reconnecting with backoff."""
@@ -348,9 +346,14 @@ class Replication:
 
     async def _follow_once(self, ch: Channel, role: Following) -> None:
         link = await open_link(role.leader.address)
-        self._queues[ch.name] = (role.leader.node_id, link.queue)
+
+        def beat() -> None:
+            if ch.core.role is role:
+                link.beat(lambda: self._ack(ch, role))
+
         try:
             await link.write(self._ack(ch, role, first=True))
+            self._beaters[ch.name] = (role.leader.node_id, beat)  # after the first ack
             while ch.core.role is role:
                 entries = [await link.queue.get()]
                 size = _size(entries[0])
@@ -361,15 +364,13 @@ class Replication:
                 end = next((e for e in entries if isinstance(e, BaseException)), None)
                 applied = [e for e in entries if isinstance(e, pb.LogEntry)]
                 changed = bool(applied) and ch.core.role is role
-                stored = changed and await self.apply(ch, applied)
-                beat = any(e is _BEAT for e in entries) and ch.core.role is role
-                if stored or beat:
+                if changed and await self.apply(ch, applied):
                     await link.write(self._ack(ch, role))
                 if end is not None:
                     raise end
         finally:
-            if self._queues.get(ch.name, (0, None))[1] is link.queue:
-                del self._queues[ch.name]
+            if self._beaters.get(ch.name, (0, None))[1] is beat:
+                del self._beaters[ch.name]
             await link.close()
 
     async def apply(self, ch: Channel, entries: list[pb.LogEntry]) -> bool:

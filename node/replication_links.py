@@ -12,7 +12,9 @@ or whose port cannot be reached is followed over gRPC, as producers fall back.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import Callable
 from typing import Protocol
 
 import grpc
@@ -38,6 +40,11 @@ class Link(Protocol):
     queue: asyncio.Queue  # LogEntries, then the exception the stream ended with
 
     async def write(self, ack: pb.ReplicaAck) -> None: ...
+
+    def beat(self, ack: Callable[[], pb.ReplicaAck]) -> None:
+        """A heartbeat, `ack()` made as it is written and nothing awaited: it must not wait
+        behind the follower's loop, which may be waiting for its disk (the leader's quorum
+        lease is about reaching its followers, not about their disks' speed)."""
 
     def took(self) -> None:
         """Entries were taken from `queue` (reading may go on)."""
@@ -140,6 +147,10 @@ class WireLink(wire.FramedProtocol):
         except ConnectionError:
             raise Inner("the replication stream ended") from None
 
+    def beat(self, ack: Callable[[], pb.ReplicaAck]) -> None:
+        if not self.lost and not self.transport.is_closing():
+            self.transport.write(wire.frame(wire.REPLICA_ACK, ack().SerializeToString()))
+
     async def close(self) -> None:
         self.transport.close()
 
@@ -156,6 +167,10 @@ class _GrpcLink:
         )()
         self.queue: asyncio.Queue = asyncio.Queue(maxsize=QUEUE)
         self._reader = asyncio.ensure_future(self._pump())
+        # One write at a time on a gRPC stream; a heartbeat's ack is made once it holds
+        # the lock, so acks go out in the order of the offsets they carry.
+        self._writing = asyncio.Lock()
+        self._beating: asyncio.Task | None = None
 
     async def _pump(self) -> None:
         """LogEntries into `queue`, then the reason the stream ended (an exception)."""
@@ -168,16 +183,29 @@ class _GrpcLink:
 
     async def write(self, ack: pb.ReplicaAck) -> None:
         try:
-            await self._call.write(ack)
+            async with self._writing:
+                await self._call.write(ack)
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
         except asyncio.InvalidStateError:  # the stream ended while we acknowledged
             raise Inner("the replication stream ended") from None
 
+    def beat(self, ack: Callable[[], pb.ReplicaAck]) -> None:
+        if self._beating is None or self._beating.done():
+            self._beating = asyncio.ensure_future(self._beat(ack))
+
+    async def _beat(self, ack: Callable[[], pb.ReplicaAck]) -> None:
+        # A broken stream is the follower loop's to report: its reads end with the error.
+        with contextlib.suppress(grpc.RpcError, asyncio.InvalidStateError):
+            async with self._writing:
+                await self._call.write(ack())
+
     def took(self) -> None:
         pass  # the reader task waits for room itself
 
     async def close(self) -> None:
+        if self._beating is not None:
+            self._beating.cancel()
         self._reader.cancel()
         self._call.cancel()
         await self._channel.close()

@@ -19,42 +19,22 @@ table before its MANIFEST names it; this only moves the writes earlier.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 import os
 import select
-import struct
 import threading
 from pathlib import Path
 
+from streamwal.node import inotify
+
 log = logging.getLogger(__name__)
 
-# inotify(7) and sync_file_range(2), Linux's.
-_IN_CLOEXEC = 0o2000000
-_IN_CLOSE_WRITE = 0x00000008
-_IN_CREATE = 0x00000100
-_IN_DELETE = 0x00000200
-_IN_MOVED_TO = 0x00000080
-_SYNC_FILE_RANGE_WRITE = 2
-_EVENT = struct.Struct("iIII")  # wd, mask, cookie, name length; the name follows
-
+_SYNC_FILE_RANGE_WRITE = 2  # sync_file_range(2): start the writes, wait for nothing
 # How often a growing table's new bytes are handed to the disk: at a flush's ~500 MB/s,
 # ~5 MB at a time, about what the disk takes in the same few milliseconds.
 INTERVAL_S = 0.01
-TABLE_SUFFIX = ".sst"
-
-
-def _libc() -> ctypes.CDLL | None:
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
-    libc = ctypes.CDLL(name, use_errno=True)
-    for fn in ("inotify_init1", "inotify_add_watch", "sync_file_range"):
-        if not hasattr(libc, fn):
-            return None
-    libc.sync_file_range.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
-    return libc
+TABLE_SUFFIX = b".sst"
+_MASK = inotify.IN_CREATE | inotify.IN_MOVED_TO | inotify.IN_CLOSE_WRITE | inotify.IN_DELETE
 
 
 class TableWriteback:
@@ -64,33 +44,21 @@ class TableWriteback:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self._libc = _libc()
         self._inotify = -1
         self._wake_r, self._wake_w = -1, -1
         self._thread: threading.Thread | None = None
 
     def start(self) -> bool:
-        libc = self._libc
-        if libc is None:
-            log.warning("no inotify/sync_file_range: tables reach the disk at their fsync")
+        if not hasattr(inotify.libc, "sync_file_range"):
+            log.warning("no sync_file_range: tables reach the disk at their fsync")
             return False
-        fd = libc.inotify_init1(_IN_CLOEXEC)
-        if fd < 0:
+        try:
+            self._inotify = inotify.watch(self.directory, _MASK)
+        except (OSError, AttributeError) as exc:  # AttributeError: no inotify in this libc
             log.warning(
-                "inotify_init1 failed (%s): tables reach the disk at their fsync",
-                os.strerror(ctypes.get_errno()),
+                "cannot watch %s (%s): tables reach the disk at their fsync", self.directory, exc
             )
             return False
-        mask = _IN_CREATE | _IN_CLOSE_WRITE | _IN_DELETE | _IN_MOVED_TO
-        if libc.inotify_add_watch(fd, os.fsencode(self.directory), mask) < 0:
-            log.warning(
-                "cannot watch %s (%s): tables reach the disk at their fsync",
-                self.directory,
-                os.strerror(ctypes.get_errno()),
-            )
-            os.close(fd)
-            return False
-        self._inotify = fd
         self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC)
         self._thread = threading.Thread(target=self._run, name="table-writeback", daemon=True)
         self._thread.start()
@@ -106,7 +74,7 @@ class TableWriteback:
             os.close(fd)
 
     def _run(self) -> None:
-        growing: dict[str, list[int]] = {}  # table name -> [fd, bytes handed to the disk]
+        growing: dict[bytes, list[int]] = {}  # table name -> [fd, bytes handed to the disk]
         poller = select.poll()
         poller.register(self._inotify, select.POLLIN)
         poller.register(self._wake_r, select.POLLIN)
@@ -124,23 +92,17 @@ class TableWriteback:
             for fd, _ in growing.values():
                 os.close(fd)
 
-    def _events(self, growing: dict[str, list[int]]) -> None:
-        data = os.read(self._inotify, 64 * 1024)
-        at = 0
-        while at + _EVENT.size <= len(data):
-            _, mask, _, length = _EVENT.unpack_from(data, at)
-            raw = data[at + _EVENT.size : at + _EVENT.size + length]
-            at += _EVENT.size + length
-            name = raw.split(b"\0", 1)[0].decode(errors="replace")
+    def _events(self, growing: dict[bytes, list[int]]) -> None:
+        for mask, name in inotify.events(os.read(self._inotify, 64 * 1024)):
             if not name.endswith(TABLE_SUFFIX):
                 continue
-            if mask & (_IN_CREATE | _IN_MOVED_TO) and name not in growing:
+            if mask & (inotify.IN_CREATE | inotify.IN_MOVED_TO) and name not in growing:
                 try:
-                    fd = os.open(self.directory / name, os.O_RDONLY | os.O_CLOEXEC)
+                    fd = os.open(self.directory / os.fsdecode(name), os.O_RDONLY | os.O_CLOEXEC)
                 except OSError:
                     continue  # gone already
                 growing[name] = [fd, 0]
-            elif mask & (_IN_CLOSE_WRITE | _IN_DELETE) and name in growing:
+            elif mask & (inotify.IN_CLOSE_WRITE | inotify.IN_DELETE) and name in growing:
                 os.close(growing.pop(name)[0])
 
     def _push(self, state: list[int]) -> None:
@@ -152,7 +114,8 @@ class TableWriteback:
             return
         if size <= done:
             return
-        assert self._libc is not None
         # A failure (the file went away) only means this table is synced the old way.
-        self._libc.sync_file_range(fd, done, size - done, _SYNC_FILE_RANGE_WRITE)
+        inotify.libc.sync_file_range(
+            fd, ctypes.c_int64(done), ctypes.c_int64(size - done), _SYNC_FILE_RANGE_WRITE
+        )
         state[1] = size

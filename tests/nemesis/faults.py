@@ -122,6 +122,10 @@ class LazyMount:
     def unsynced(self) -> dict:
         return self.request(op="unsynced")
 
+    def stall_syncs(self, seconds: float) -> None:
+        """Every fsync and fdatasync from now on returns only `seconds` from now."""
+        self.request(op="stall_syncs", seconds=seconds)
+
     def close(self) -> None:
         if self.proc is None:
             return

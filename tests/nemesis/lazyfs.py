@@ -7,7 +7,9 @@ fdatasync'ed; a "power loss" drops everything not yet synced. Run as its own pro
 
 and send one JSON line per request to the Unix socket CONTROL_SOCKET; each gets one JSON
 line back: ``{"op": "power_loss", "keep": 0.0, "seed": 1}`` (drop what is unsynced),
-``{"op": "unsynced"}`` (what a power loss would drop now), ``{"op": "ping"}``.
+``{"op": "unsynced"}`` (what a power loss would drop now), ``{"op": "stall_syncs",
+"seconds": 2.5}`` (every fsync until then returns only then: a stalled disk, as this
+VM's at times), ``{"op": "ping"}``.
 `tests/nemesis/faults.py` (`LazyMount`) starts, drives and unmounts it.
 
 What "synced" means, the strictest reading of POSIX (fsync(2): "Calling fsync() does not
@@ -540,9 +542,14 @@ def serve(backing: Path, mountpoint: Path, control: Path) -> None:
         def release(self, fh):
             self._close(fh)
 
-        @fuse_errors
-        def fsync(self, fh, datasync):
-            state.sync_file(self._ino(fh))
+        async def fsync(self, fh, datasync):
+            wait = stalled_until - trio.current_time()
+            if wait > 0:  # a stalled disk: the sync returns when the stall ends
+                await trio.sleep(wait)
+            try:
+                state.sync_file(self._ino(fh))
+            except FsError as exc:
+                raise pyfuse3.FUSEError(exc.errno) from None
 
         @fuse_errors
         def statfs(self, ctx):
@@ -556,10 +563,15 @@ def serve(backing: Path, mountpoint: Path, control: Path) -> None:
             return s
 
     ops = Ops()
+    stalled_until = 0.0  # trio time before which every fsync waits (`stall_syncs`)
 
     def command(request: dict) -> dict:
+        nonlocal stalled_until
         op = request.get("op")
         if op == "ping":
+            return {"ok": True}
+        if op == "stall_syncs":
+            stalled_until = trio.current_time() + float(request["seconds"])
             return {"ok": True}
         if op == "unsynced":
             return {"ok": True, **state.unsynced()}

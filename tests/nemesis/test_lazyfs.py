@@ -187,3 +187,42 @@ os._exit(0)  # no close: as kill -9
         db.close()
     assert sorted(keys) == [b"s%03d" % i for i in range(500)]
     assert os.path.ismount(mount.mountpoint)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_the_stores_synced_writes_survive_a_power_loss_across_wal_switches(nemesis) -> None:
+    """The node's store syncs its WAL itself (node/wal_files.py): the WAL files created
+    and recycled by memtable switches, and their names, must be synced as RocksDB's own
+    synced writes did. (RocksDB syncs the closed WALs when it flushes: the writes after
+    the last switch are the ones only the store's syncs keep.)"""
+    mount = nemesis.lazy_mount(nemesis.root / "store")
+    script = """
+import os, sys
+from streamwal.node.log_store import LogStore
+store = LogStore(sys.argv[1])
+for i in range(400):
+    wb = store.new_batch()
+    wb.put(b"s%04d" % i, b"v" * 100)
+    store.write_synced(wb)
+    if i in (99, 199, 299):
+        store._db.flush()  # a memtable switch: a new WAL file (the first two), then a
+        # recycled one (renamed); only the store's own syncs cover the writes after each
+for i in range(100):
+    wb = store.new_batch()
+    wb.put(b"u%04d" % i, b"v" * 100)
+    store._write(wb)  # never synced
+os._exit(0)  # no close: as kill -9
+"""
+    subprocess.run([sys.executable, "-c", script, str(mount.mountpoint)], check=True, timeout=60)
+    mount.power_loss()
+    from streamwal.node.log_store import LogStore
+
+    store = LogStore(mount.mountpoint)
+    try:
+        keys = list(store._db.keys())
+    finally:
+        store.close()
+    synced = [b"s%04d" % i for i in range(400)]
+    assert [k for k in keys if k.startswith(b"s")] == synced
+    assert os.path.ismount(mount.mountpoint)

@@ -60,16 +60,16 @@ async def test_a_failed_write_leaves_no_hole(tmp_path) -> None:
         )
         await wal.assign("ch", 1, replica_set=follower)
         ch = wal.channels["ch"]
-        real = wal.store.write_synced
+        real = wal.store.write_synced_many
 
-        def full(_wb) -> None:
+        def full(_wbs) -> None:  # what the synced writer calls
             raise OSError(28, "No space left on device")
 
-        wal.store.write_synced = full
+        wal.store.write_synced_many = full
         with pytest.raises(OSError):
             await wal.replication.apply(ch, [entry(1, 0, 3)])
         assert (ch.committed_next, ch.next_offset) == (0, 0)  # not past what is on disk
-        wal.store.write_synced = real
+        wal.store.write_synced_many = real
         assert await wal.replication.apply(ch, [entry(1, 0, 3), entry(1, 3, 2)])
         assert ch.committed_next == 5
         assert [base for base, _ in wal.store.records_from("ch", 0, 10, 1 << 20)] == [0, 3]

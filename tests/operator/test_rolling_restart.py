@@ -15,6 +15,7 @@ import sys
 import pytest
 
 from streamwal.client.wal import open_wal
+from streamwal.coord.liveness import DEFAULT_GRACE, DEFAULT_PROBE_INTERVAL
 from streamwal.testing.history import Acked, check, payload, read_log
 from tests.operator.conftest import RELEASE, Cluster, collect_status, pchannel_yaml, wait_for
 
@@ -54,7 +55,11 @@ async def test_deleting_node_pods_one_by_one_under_load_loses_and_fails_over_not
 ) -> None:
     for i in (1, 2, 3):
         cluster.add_node(i, node_name=_kube_node(i))
-    op = cluster.start_operator()
+    # The chart's liveness settings: a rolling restart at a 1 s grace would also test
+    # that no healthy node misses a second of probes on this loaded machine.
+    op = cluster.start_operator(
+        "--grace", str(DEFAULT_GRACE), "--probe-interval", str(DEFAULT_PROBE_INTERVAL)
+    )  # fmt: skip
     for name, replicas in NAMES.items():
         cluster.kubectl("apply", "-f", "-", stdin=pchannel_yaml(name, replicas=replicas))
     await asyncio.to_thread(wait_for, lambda: _settled(cluster), 40, "placed")
