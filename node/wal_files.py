@@ -21,33 +21,12 @@ reopened (RocksDB treats a failed WAL sync the same way).
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import os
-import struct
 import threading
 from pathlib import Path
 
 from streamwal.files import fsync_dir
-
-_IN_MOVED_TO = 0x00000080
-_IN_CREATE = 0x00000100
-_IN_Q_OVERFLOW = 0x00004000  # events were dropped: look at the directory again
-_EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len; then the name
-
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-
-
-def _watch(directory: Path) -> int:
-    """A non-blocking inotify descriptor that becomes readable when a file appears."""
-    fd = _libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
-    if fd < 0:
-        raise OSError(ctypes.get_errno(), "inotify_init1")
-    if _libc.inotify_add_watch(fd, os.fsencode(directory), _IN_CREATE | _IN_MOVED_TO) < 0:
-        err = ctypes.get_errno()
-        os.close(fd)
-        raise OSError(err, f"inotify_add_watch {directory}")
-    return fd
+from streamwal.node import inotify
 
 
 class WalFiles:
@@ -56,7 +35,10 @@ class WalFiles:
     def __init__(self, directory: str | Path) -> None:
         self.dir = Path(directory)
         self._lock = threading.Lock()
-        self._watch = _watch(self.dir)
+        # Non-blocking: readable when a file appears.
+        self._watch = inotify.watch(
+            self.dir, inotify.IN_CREATE | inotify.IN_MOVED_TO, os.O_NONBLOCK
+        )
         self._files: dict[int, int] = {}  # log number -> read-only descriptor
         self._newest = -1  # the newest log number when the last sync ran
         self._failed: OSError | None = None
@@ -87,12 +69,8 @@ class WalFiles:
                 events = os.read(self._watch, 65536)
             except BlockingIOError:
                 return seen
-            at = 0
-            while at < len(events):
-                _, mask, _, size = _EVENT.unpack_from(events, at)
-                name = events[at + _EVENT.size : at + _EVENT.size + size].rstrip(b"\0")
-                at += _EVENT.size + size
-                seen = seen or name.endswith(b".log") or bool(mask & _IN_Q_OVERFLOW)
+            for mask, name in inotify.events(events):
+                seen = seen or name.endswith(b".log") or bool(mask & inotify.IN_Q_OVERFLOW)
 
     def sync(self) -> None:
         """Everything written to the WAL so far is durable when this returns."""
