@@ -32,6 +32,7 @@ from rocksdict import (
 from streamwal.errors import DataLoss, Inner, StreamingError
 from streamwal.node import records
 from streamwal.node.channel_meta import ChannelMeta, Tail
+from streamwal.node.table_writeback import TableWriteback
 from streamwal.node.wal_files import WalFiles
 
 _U64 = struct.Struct(">Q")
@@ -162,6 +163,11 @@ class LogStore:
         # Synced writes are an unsynced write and then `wal.sync()`: rocksdict holds the
         # GIL through a synced write's fsync (wal_files.py).
         self.wal = WalFiles(path)
+        # Every table RocksDB writes from here on (the pre-warm's too) reaches the disk as
+        # it is written, not all at once at its fsync (table_writeback.py). Started after
+        # the WAL's watch, which the store cannot do without, while this one can.
+        self._writeback = TableWriteback(self.path)
+        self._writeback.start()
         self.sync = sync
         if new_store and wal_prewarm_bytes > 0:
             self._prewarm_wal(wal_prewarm_bytes)
@@ -198,6 +204,7 @@ class LogStore:
     def close(self) -> None:
         self._db.close()
         self.wal.close()
+        self._writeback.close()
 
     # -- meta --------------------------------------------------------------------------
 

@@ -21,33 +21,15 @@ reopened (RocksDB treats a failed WAL sync the same way).
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
+import logging
 import os
-import struct
 import threading
 from pathlib import Path
 
 from streamwal.files import fsync_dir
+from streamwal.node import inotify
 
-_IN_MOVED_TO = 0x00000080
-_IN_CREATE = 0x00000100
-_IN_Q_OVERFLOW = 0x00004000  # events were dropped: look at the directory again
-_EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len; then the name
-
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-
-
-def _watch(directory: Path) -> int:
-    """A non-blocking inotify descriptor that becomes readable when a file appears."""
-    fd = _libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
-    if fd < 0:
-        raise OSError(ctypes.get_errno(), "inotify_init1")
-    if _libc.inotify_add_watch(fd, os.fsencode(directory), _IN_CREATE | _IN_MOVED_TO) < 0:
-        err = ctypes.get_errno()
-        os.close(fd)
-        raise OSError(err, f"inotify_add_watch {directory}")
-    return fd
+log = logging.getLogger(__name__)
 
 
 class WalFiles:
@@ -56,14 +38,27 @@ class WalFiles:
     def __init__(self, directory: str | Path) -> None:
         self.dir = Path(directory)
         self._lock = threading.Lock()
-        self._watch = _watch(self.dir)
+        # Non-blocking: readable when a file appears. Without one (the user's inotify
+        # instances used up: 128 by default, shared by a host's containers of one uid)
+        # the directory is listed at every sync: slower, as safe.
+        self._watch: int | None = None
+        try:
+            self._watch = inotify.watch(
+                self.dir, inotify.IN_CREATE | inotify.IN_MOVED_TO, os.O_NONBLOCK
+            )
+        except OSError as exc:
+            log.warning(
+                "no inotify watch on the WAL's directory: listing it at every sync",
+                extra={"directory": str(self.dir), "error": str(exc)},
+            )
         self._files: dict[int, int] = {}  # log number -> read-only descriptor
         self._newest = -1  # the newest log number when the last sync ran
         self._failed: OSError | None = None
-        self._rescan()
+        self._dir_due = self._rescan()  # the names found must be durable too
 
-    def _rescan(self) -> None:
-        """Open the WAL files that appeared, close the ones that went."""
+    def _rescan(self) -> bool:
+        """Open the WAL files that appeared, close the ones that went; True when one
+        appeared (its name must be made durable)."""
         found = {}
         for name in os.listdir(self.dir):
             stem, dot, ext = name.partition(".")
@@ -71,28 +66,29 @@ class WalFiles:
                 found[int(stem)] = name
         for number in [n for n in self._files if n not in found]:
             os.close(self._files.pop(number))
+        appeared = False
         for number, name in found.items():
             if number not in self._files:
                 try:
                     self._files[number] = os.open(self.dir / name, os.O_RDONLY | os.O_CLOEXEC)
                 except FileNotFoundError:  # deleted or recycled under us: seen next time
                     continue
+                appeared = True
+        return appeared
 
     def _appeared(self) -> bool:
         """Whether a WAL file was created in (or moved into) the directory since last
         asked (tables, manifests and logs come and go too: they need no sync here)."""
+        if self._watch is None:
+            return True
         seen = False
         while True:
             try:
                 events = os.read(self._watch, 65536)
             except BlockingIOError:
                 return seen
-            at = 0
-            while at < len(events):
-                _, mask, _, size = _EVENT.unpack_from(events, at)
-                name = events[at + _EVENT.size : at + _EVENT.size + size].rstrip(b"\0")
-                at += _EVENT.size + size
-                seen = seen or name.endswith(b".log") or bool(mask & _IN_Q_OVERFLOW)
+            for mask, name in inotify.events(events):
+                seen = seen or name.endswith(b".log") or bool(mask & inotify.IN_Q_OVERFLOW)
 
     def sync(self) -> None:
         """Everything written to the WAL so far is durable when this returns."""
@@ -100,9 +96,11 @@ class WalFiles:
             if self._failed is not None:
                 raise self._failed
             try:
-                if self._appeared():
-                    self._rescan()
+                if self._appeared() and self._rescan():
+                    self._dir_due = True
+                if self._dir_due:
                     fsync_dir(self.dir)
+                    self._dir_due = False
                 due = [fd for n, fd in self._files.items() if n >= self._newest]
                 for fd in due:
                     os.fdatasync(fd)
@@ -116,4 +114,5 @@ class WalFiles:
             for fd in self._files.values():
                 os.close(fd)
             self._files.clear()
-            os.close(self._watch)
+            if self._watch is not None:
+                os.close(self._watch)

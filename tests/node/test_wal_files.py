@@ -63,3 +63,25 @@ def test_a_synced_write_lets_other_threads_run_during_its_fsync(tmp_path, monkey
         assert turns > 10_000, f"this thread ran {turns} times while the write synced"
     finally:
         store.close()
+
+
+def test_without_an_inotify_watch_the_directory_is_listed_at_each_sync(
+    tmp_path, monkeypatch
+) -> None:
+    """inotify instances run out (128 per user by default, shared by a host's containers
+    of one uid): the store still opens, and a sync still finds a WAL made since."""
+    from streamwal.node import inotify
+
+    def used_up(*_args) -> int:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(inotify, "watch", used_up)
+    store = LogStore(tmp_path / "s")
+    try:
+        _put(store, b"a")
+        store._db.flush()  # a memtable switch: a new WAL file
+        _put(store, b"b")
+        logs = [int(n.split(".")[0]) for n in os.listdir(tmp_path / "s") if n.endswith(".log")]
+        assert max(store.wal._files) == max(logs)
+    finally:
+        store.close()
