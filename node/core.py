@@ -19,8 +19,9 @@ generator), `store` / `copy` (records copied from elsewhere), `wait_commit`, `id
 leave memory, or go with a retention cut), `durable` (the ledger's periodic sync), `skip` (an
 unclean stop under async durability), `found_damage` / `rebuild`.
 
-`drive` runs an input's steps against a driver's I/O: the node's `Wal` (node/wal.py) and
-the simulator's `SimNode` (testing/sim/node.py) are the two drivers.
+`advance` runs an input's steps against a driver's I/O, by plain calls until a step must
+be waited for: the node's `Wal` (node/wal.py, through node/steps.py) and the simulator's
+`SimNode` (testing/sim/node.py) are the two drivers.
 
 Effects: `PersistMeta`, `MarkDurable` (the acknowledged-offset ledger), `Answer` / `Fail`
 (commit waiters), `StartFollowing` / `StopFollowing`, `AppendTick` (a new leader's first
@@ -281,22 +282,39 @@ class Entry:
     commit_offset: int = 0
 
 
-async def drive(steps: Steps, step: Callable[[Effect], Awaitable[Any]]) -> Any:
-    """Run an input's steps: `step` does each one's I/O; its outcome goes back to the core
-    (a StreamingError is thrown in, for the core to undo or pass on). Returns the input's
-    result. Shared by the node's Wal and the simulator's node."""
-    sent: Any = None
-    error: StreamingError | None = None
+@dataclass(frozen=True)
+class Pending:
+    """A step's outcome is not at hand: it comes from `wait` (node/steps.py): a future
+    (work under way that others may share, a synced write: waiting never cancels it) or
+    a coroutine (a wait of the step's own: a read, a cut in a worker thread, a drain)."""
+
+    wait: Awaitable[Any]
+
+
+def advance(
+    steps: Steps,
+    step: Callable[[Effect], Any],
+    sent: Any = None,
+    error: StreamingError | None = None,
+) -> tuple[bool, Any]:
+    """Run an input's steps by plain calls, from `sent` (or `error`, thrown in), while
+    each one's outcome is at hand: `step` does its I/O and returns the outcome, or
+    Pending. Returns (True, the input's result) once the steps end, or (False, what to
+    wait for) at the first Pending; the outcome then goes back in through the next call.
+    A StreamingError a step raises goes back to the core (to undo or pass on), anything
+    else ends the input. The one loop of the node's drivers (node/steps.py) and the
+    simulator's."""
     while True:
         try:
             effect = steps.throw(error) if error is not None else steps.send(sent)
         except StopIteration as done:
-            return done.value
-        sent, error = None, None
+            return True, done.value
         try:
-            sent = await step(effect)
+            sent, error = step(effect), None
         except StreamingError as exc:
-            error = exc
+            sent, error = None, exc
+        if isinstance(sent, Pending):
+            return False, sent.wait
 
 
 def parse_replica_set(rs: pb.ReplicaSet | None, node_id: int) -> ReplicaSet | None:

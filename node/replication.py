@@ -11,8 +11,9 @@ task sleeps on one future that the channel's notify, a new group's write and the
 follower's acks resolve (no task per wait); over the replication port those wakers
 write an idle follower's cached records and due commit updates themselves, and the task
 sleeps on (LeaderStream). The follower hands what it
-receives to its core (core.apply: every entry checked by replication_rules.check_entry,
-stored with the same step as a catch-up copy), and acks once it is synced. Who leads or
+receives to its core as it arrives (FollowerStream; core.apply: every entry checked by
+replication_rules.check_entry, stored with the same step as a catch-up copy), and acks
+once it is synced. Who leads or
 follows, each follower's acknowledged end and the commit offset are the core's.
 
 The quorum lease (a leader cut off from its followers reports itself unhealthy) needs
@@ -51,7 +52,8 @@ from streamwal.node import replication_rules as rules
 from streamwal.node.channel import Channel
 from streamwal.node.core import Entry, Following, Leading
 from streamwal.node.health import heard_at, quorum_contact
-from streamwal.node.replication_links import open_link
+from streamwal.node.replication_links import QUEUE, Link, open_link
+from streamwal.node.steps import Drive
 from streamwal.proto import streaming_pb2 as pb
 
 if TYPE_CHECKING:
@@ -99,8 +101,8 @@ class Replication:
         # and the open streams per (pchannel, follower node).
         self._node_heard: dict[int, float] = {}
         self._open: collections.Counter[tuple[str, int]] = collections.Counter()
-        # Follower side: each following stream's leader node id and heartbeat.
-        self._beaters: dict[str, tuple[int, Callable[[], None]]] = {}
+        # Follower side: each pchannel's following stream.
+        self._streams: dict[str, FollowerStream] = {}
         self._beats = 0  # rotates the stream a heartbeat goes on
         # (pchannel, follower node): its replica_acked and replica_lag gauges' children.
         self._gauges: dict[tuple[str, int], tuple[Gauge, Gauge]] = {}
@@ -298,13 +300,13 @@ class Replication:
 
     def beat(self) -> None:
         """A heartbeat on one following stream per leader node, rotating; written at once,
-        even while the stream's loop waits for its disk (`Link.beat`)."""
+        even while the stream waits for its disk (`FollowerStream.beat`)."""
         self._beats += 1
-        by_leader: dict[int, list[Callable[[], None]]] = {}
-        for leader, beat in self._beaters.values():
-            by_leader.setdefault(leader, []).append(beat)
-        for beats in by_leader.values():
-            beats[self._beats % len(beats)]()
+        by_leader: dict[int, list[FollowerStream]] = {}
+        for stream in self._streams.values():
+            by_leader.setdefault(stream.role.leader.node_id, []).append(stream)
+        for streams in by_leader.values():
+            streams[self._beats % len(streams)].beat()
 
     async def _follow(self, ch: Channel, role: Following) -> None:
         """Stream from the leader while the role lasts, reconnecting with backoff."""
@@ -333,65 +335,175 @@ class Replication:
             await asyncio.sleep(delay)
             delay = min(delay * 2, BACKOFF[1])
 
-    def _ack(self, ch: Channel, role: Following, first: bool = False) -> pb.ReplicaAck:
+    def ack(self, ch: Channel, role: Following, end: int, first: bool = False) -> pb.ReplicaAck:
+        """A ReplicaAck: this follower holds (synced) everything below `end`."""
         return pb.ReplicaAck(
             pchannel=ch.name,
             term=role.term,
             node_id=self.node_id,
             replica=role.ordinal,
-            acked_offset=ch.committed_next,
+            acked_offset=end,
             term_history=_starts(ch.meta.history) if first else (),
             batched=first,
         )
 
     async def _follow_once(self, ch: Channel, role: Following) -> None:
         link = await open_link(role.leader.address)
-
-        def beat() -> None:
-            if ch.core.role is role:
-                link.beat(lambda: self._ack(ch, role))
-
+        stream = FollowerStream(self, ch, role, link)
         try:
-            await link.write(self._ack(ch, role, first=True))
-            self._beaters[ch.name] = (role.leader.node_id, beat)  # after the first ack
-            while ch.core.role is role:
-                entries = [await link.queue.get()]
-                size = _size(entries[0])
-                while not link.queue.empty() and size < APPLY_BYTES:
-                    entries.append(link.queue.get_nowait())
-                    size += _size(entries[-1])
-                link.took()
-                end = next((e for e in entries if isinstance(e, BaseException)), None)
-                applied = [e for e in entries if isinstance(e, pb.LogEntry)]
-                changed = bool(applied) and ch.core.role is role
-                if changed and await self.apply(ch, applied):
-                    await link.write(self._ack(ch, role))
-                if end is not None:
-                    raise end
+            link.send(self.ack(ch, role, ch.committed_next, first=True))
+            self._streams[ch.name] = stream  # heartbeats after the first ack
+            link.start(stream.offer)
+            await stream.done
         finally:
-            if self._beaters.get(ch.name, (0, None))[1] is beat:
-                del self._beaters[ch.name]
+            stream.close()
+            if self._streams.get(ch.name) is stream:
+                del self._streams[ch.name]
             await link.close()
 
-    async def apply(self, ch: Channel, entries: list[pb.LogEntry]) -> bool:
-        """The core applies its leader's entries (core.apply: cut if told, store, sync,
-        then learn the commit offset); True when the log changed (to acknowledge)."""
-        got: list[Entry] = []
-        for e in entries:
-            cut = e.truncate_from if e.HasField("truncate_from") else None
-            got.append(Entry(e.term, e.offset, e.record, cut, e.commit_offset))
-            offset = e.offset + (records.peek(e.record)[2] if e.record else 0)
-            for value in e.next_records:
-                got.append(Entry(e.term, offset, value, None, e.commit_offset))
-                offset += records.peek(value)[2]
-        return await self.wal.steps(ch, ch.core.apply(got))
+
+def entries(got: list[pb.LogEntry]) -> list[Entry]:
+    """A leader's LogEntries as the core applies them (core.apply): one Entry a record."""
+    out: list[Entry] = []
+    for e in got:
+        cut = e.truncate_from if e.HasField("truncate_from") else None
+        out.append(Entry(e.term, e.offset, e.record, cut, e.commit_offset))
+        offset = e.offset + (records.peek(e.record)[2] if e.record else 0)
+        for value in e.next_records:
+            out.append(Entry(e.term, offset, value, None, e.commit_offset))
+            offset += records.peek(value)[2]
+    return out
 
 
-def _size(item: object) -> int:
-    """Record bytes of a queued LogEntry (an error ends the stream: none)."""
-    if not isinstance(item, pb.LogEntry):
-        return 0
-    return len(item.record) + sum(map(len, item.next_records))
+class FollowerStream:
+    """A follower's half of one Replicate stream: what the link receives is applied as it
+    arrives, in order, one batch at a time (up to APPLY_BYTES; what arrives meanwhile
+    waits for the next), and acknowledged once durable.
+
+    The core's steps are driven from callbacks (steps.Drive): over the replication port
+    a one-at-a-time send is applied in the socket's `data_received` and acknowledged from
+    its synced write's done callback, with no task woken; only a step that waits in its
+    own way (a cut of a divergent suffix) goes to a task. The follower's task
+    (`Replication._follow_once`) only opens the stream and waits for its end (`done`):
+    the error it ended with (a rejected entry, a term mismatch, a disk error, the
+    leader's), or None when the role ended."""
+
+    def __init__(self, repl: Replication, ch: Channel, role: Following, link: Link) -> None:
+        self.repl = repl
+        self.ch = ch
+        self.role = role
+        self.link = link
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._backlog: collections.deque = collections.deque()  # received, not applied
+        self._applying: Drive | None = None
+        self._end: BaseException | None = None  # ends the stream once its batch is applied
+        self._owed = False  # a batch changed the log: acknowledge before the next one
+        # The end last acknowledged after an applied batch (None: none applied yet).
+        self._acked: int | None = None
+        self._running = False  # `_next` is on the stack: it goes on by itself
+
+    def offer(self, got: list) -> bool:
+        """The link's sink: LogEntries, and last the exception the stream ended with."""
+        if not self.done.done():
+            self._backlog.extend(got)
+            self._next()
+        return len(self._backlog) < QUEUE
+
+    def beat(self) -> None:
+        """A heartbeat, written at once, also while a batch waits for the disk: the
+        leader's quorum lease is about reaching its followers, not their disks' speed (a
+        follower whose disk stalls is slow, not gone). It repeats the end last
+        acknowledged after an applied batch, never the log's end of the moment: that
+        counts a batch still on its way to the disk, or, before the stream's first batch
+        (only a stream's first entry may cut), a suffix the leader's log does not have.
+        Before the first batch it says nothing: the leader heard the first ack just now."""
+        if self._acked is not None and not self.done.done() and self.ch.core.role is self.role:
+            self._send(self._acked)
+
+    def close(self) -> None:
+        """The stream is over: a write under way goes on (`Replication.settle`), nothing
+        after it is done."""
+        if not self.done.done():
+            self.done.set_result(None)
+        elif not self.done.cancelled():
+            self.done.exception()  # retrieved: a stream ended by its task's cancel
+        if self._applying is not None:
+            self._applying.cancel()
+
+    def _finish(self, err: BaseException | None) -> None:
+        if not self.done.done():
+            if err is None:
+                self.done.set_result(None)
+            else:
+                self.done.set_exception(err)
+
+    def _next(self) -> None:
+        """Apply the next batch, and the ones after it that need no waiting."""
+        if self._running:
+            return
+        self._running = True
+        try:
+            while self._applying is None and not self.done.done():
+                if self.ch.core.role is not self.role:
+                    self._finish(None)
+                elif self._owed:  # before the next batch: nothing is on its way to disk
+                    self._owed = False
+                    self._acked = self.ch.committed_next
+                    self._send(self._acked)
+                elif self._end is not None:
+                    self._finish(self._end)
+                elif self._backlog:
+                    self._apply(self._take())
+                else:
+                    break
+        except Exception as exc:  # a bug ends this stream (its task logs it), not following
+            self._finish(exc)
+        finally:
+            self._running = False
+
+    def _take(self) -> list[pb.LogEntry]:
+        """The next batch, up to APPLY_BYTES (at least one entry); the stream's end is
+        kept for after it."""
+        got: list[pb.LogEntry] = []
+        size = 0
+        while self._backlog and (not got or size < APPLY_BYTES):
+            item = self._backlog.popleft()
+            if isinstance(item, BaseException):
+                self._end = item
+                self._backlog.clear()
+                break
+            got.append(item)
+            size += len(item.record) + sum(map(len, item.next_records))
+        if len(self._backlog) < QUEUE:
+            self.link.took()
+        return got
+
+    def _apply(self, got: list[pb.LogEntry]) -> None:
+        if not got:
+            return
+        ch = self.ch
+        drive = self._applying = Drive(
+            ch.core.apply(entries(got)), self.repl.wal.stepper(ch), self._applied
+        )
+        drive.start()
+
+    def _applied(self, changed: bool, err: BaseException | None) -> None:
+        """The core applied a batch: True when the log changed (durable now)."""
+        self._applying = None
+        if err is not None:
+            self._finish(err)
+            return
+        if changed:
+            self._owed = True
+        elif self._acked is None:
+            self._acked = self.ch.committed_next  # the first batch cut and stored nothing
+        self._next()
+
+    def _send(self, end: int) -> None:
+        try:
+            self.link.send(self.repl.ack(self.ch, self.role, end))
+        except StreamingError as err:
+            self._finish(err)
 
 
 def term_error(pchannel: str, theirs: int, ours: int) -> StreamingError:

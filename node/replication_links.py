@@ -1,18 +1,24 @@
 """A follower's end of its Replicate stream: the leader's replication port, else gRPC.
 
-Either way a link is a queue of what the leader sent (LogEntries, then the exception the
-stream ended with) and a `write` of ReplicaAcks; the follower's loop (replication.py)
-is the same over both. Over the replication port (node/replication_port.py) entries are
-cut from the socket's bytes in `data_received` and queued there: the follower's loop is
-the one task woken per batch of entries, with no gRPC poller thread and reader task in
-between. A leader that offers no port (0: --replication-listen off, TLS, an older node)
-or whose port cannot be reached is followed over gRPC, as producers fall back.
+Either way a link hands what the leader sent (lists of LogEntries, then the exception the
+stream ended with) to the follower's `sink` as it arrives, and `send`s ReplicaAcks
+without waiting; the follower's stream (replication.FollowerStream) is the same over
+both. Over the replication port (node/replication_port.py) entries are cut from the
+socket's bytes in `data_received` and handed over there, all those of one read at
+once: the follower applies them in that call, no task is woken. A leader that offers no
+port (0: --replication-listen off, TLS, an older node) or whose port cannot be reached
+is followed over gRPC, as producers fall back: a task reads its entries into the sink
+and one writes the acks.
+
+The sink answers False when it holds QUEUE items or more not yet applied: the link then
+reads nothing more (over the port, TCP holds the leader back) until `took`. Acks are not
+held back: one goes out per applied batch, and the leader's window (WINDOW_BYTES of
+records not yet acknowledged) bounds how many batches there are.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from typing import Protocol
@@ -34,20 +40,22 @@ QUEUE = 1024  # entries received and not yet applied; reading waits above it
 CONNECT_TIMEOUT_S = 1.0  # a port that neither answers nor refuses is treated as closed
 
 
+# Takes what a link received: LogEntries, and last the exception the stream ended with;
+# False when it holds too much not yet applied (the link reads on after `took`).
+Sink = Callable[[list], bool]
+
+
 class Link(Protocol):
     """One Replicate stream, follower side."""
 
-    queue: asyncio.Queue  # LogEntries, then the exception the stream ended with
+    def start(self, sink: Sink) -> None:
+        """Hand what arrives to `sink` from now on."""
 
-    async def write(self, ack: pb.ReplicaAck) -> None: ...
-
-    def beat(self, ack: Callable[[], pb.ReplicaAck]) -> None:
-        """A heartbeat, `ack()` made as it is written and nothing awaited: it must not wait
-        behind the follower's loop, which may be waiting for its disk (the leader's quorum
-        lease is about reaching its followers, not about their disks' speed)."""
+    def send(self, ack: pb.ReplicaAck) -> None:
+        """Write an ack without waiting; raises Inner once the stream is over."""
 
     def took(self) -> None:
-        """Entries were taken from `queue` (reading may go on)."""
+        """The sink applied what it held (reading may go on)."""
 
     async def close(self) -> None: ...
 
@@ -81,12 +89,14 @@ async def _open_wire(host: str, port: int) -> WireLink:
 
 
 class WireLink(wire.FramedProtocol):
-    """The replication port's connection: LOG_ENTRY frames queued as they arrive, an
-    ERROR frame (the leader's StreamingError) or a broken connection ends the queue."""
+    """The replication port's connection: LOG_ENTRY frames handed to the sink as they
+    arrive, an ERROR frame (the leader's StreamingError) or a broken connection ends
+    the stream."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.queue: asyncio.Queue = asyncio.Queue()  # bounded by reading (QUEUE)
+        self._sink: Sink | None = None
+        self._held = False  # the sink holds QUEUE items: read nothing until `took`
         self._ended = False
         self._broken: Exception | None = None
 
@@ -104,59 +114,64 @@ class WireLink(wire.FramedProtocol):
         self._broken = exc
         self._pump()
 
-    def _pump(self) -> None:
-        while not self._ended and self.queue.qsize() < QUEUE:
-            try:
-                got = self.next_frame()
-            except wire.FrameError as exc:
-                self._end(Unavailable(f"replication port connection broke: {exc}"))
-                break
-            if got is None:
-                if self.eof:
-                    why = f": {self._broken}" if self._broken else ""
-                    self._end(Inner(f"the leader closed the replication stream{why}"))
-                break
-            self._take(*got)
-        self.hold_reading(not self._ended and self.queue.qsize() >= QUEUE)
+    def start(self, sink: Sink) -> None:
+        self._sink = sink
+        self._pump()
 
-    def _take(self, kind: int, body: memoryview) -> None:
+    def _pump(self) -> None:
+        """The whole frames received so far (QUEUE at a time) into the sink."""
+        while self._sink is not None and not self._ended and not self._held:
+            got: list = []
+            while len(got) < QUEUE and not self._ended:
+                try:
+                    frame = self.next_frame()
+                except wire.FrameError as exc:
+                    got.append(self._end(Unavailable(f"replication port connection broke: {exc}")))
+                    break
+                if frame is None:
+                    if self.eof:
+                        why = f": {self._broken}" if self._broken else ""
+                        closed = Inner(f"the leader closed the replication stream{why}")
+                        got.append(self._end(closed))
+                    break
+                got.append(self._take(*frame))
+            if not got:
+                break
+            self._held = not self._sink(got)
+        self.hold_reading(self._held and not self._ended)
+
+    def _take(self, kind: int, body: memoryview) -> pb.LogEntry | StreamingError:
         try:
             if kind == wire.LOG_ENTRY:
-                self.queue.put_nowait(pb.LogEntry.FromString(body))
-            elif kind == wire.ERROR:
-                self._end(StreamingError.from_proto(pb.StreamingError.FromString(body)))
-            else:
-                self._end(Unavailable(f"the leader sent frame kind {kind} on a replication stream"))
+                return pb.LogEntry.FromString(body)
+            if kind == wire.ERROR:
+                return self._end(StreamingError.from_proto(pb.StreamingError.FromString(body)))
+            what = f"the leader sent frame kind {kind} on a replication stream"
+            return self._end(Unavailable(what))
         except DecodeError as exc:
-            self._end(Unavailable(f"garbled frame on the replication port: {exc}"))
+            return self._end(Unavailable(f"garbled frame on the replication port: {exc}"))
 
-    def _end(self, err: StreamingError) -> None:
+    def _end(self, err: StreamingError) -> StreamingError:
         self._ended = True
-        self.queue.put_nowait(err)
+        return err
 
     def took(self) -> None:
-        if self._reading_paused:
+        if self._held:
+            self._held = False
             self._pump()
 
-    async def write(self, ack: pb.ReplicaAck) -> None:
+    def send(self, ack: pb.ReplicaAck) -> None:
         if self.lost or self.transport.is_closing():
             raise Inner("the replication stream ended")
         self.transport.write(wire.frame(wire.REPLICA_ACK, ack.SerializeToString()))
-        try:
-            await self.drain()
-        except ConnectionError:
-            raise Inner("the replication stream ended") from None
-
-    def beat(self, ack: Callable[[], pb.ReplicaAck]) -> None:
-        if not self.lost and not self.transport.is_closing():
-            self.transport.write(wire.frame(wire.REPLICA_ACK, ack().SerializeToString()))
 
     async def close(self) -> None:
         self.transport.close()
 
 
 class _GrpcLink:
-    """gRPC Replicate on the leader's internal listener; a task reads its entries."""
+    """gRPC Replicate on the leader's internal listener: a task reads its entries into
+    the sink, one writes the acks (a gRPC stream takes one write at a time)."""
 
     def __init__(self, channel: grpc.aio.Channel) -> None:
         self._channel = channel
@@ -165,47 +180,48 @@ class _GrpcLink:
             request_serializer=lambda m: m.SerializeToString(),
             response_deserializer=pb.LogEntry.FromString,
         )()
-        self.queue: asyncio.Queue = asyncio.Queue(maxsize=QUEUE)
-        self._reader = asyncio.ensure_future(self._pump())
-        # One write at a time on a gRPC stream; a heartbeat's ack is made once it holds
-        # the lock, so acks go out in the order of the offsets they carry.
-        self._writing = asyncio.Lock()
-        self._beating: asyncio.Task | None = None
+        self._acks: asyncio.Queue[pb.ReplicaAck] = asyncio.Queue()
+        self._room = asyncio.Event()
+        self._tasks: list[asyncio.Future] = []
+        self._sink: Sink | None = None
 
-    async def _pump(self) -> None:
-        """LogEntries into `queue`, then the reason the stream ended (an exception)."""
+    def start(self, sink: Sink) -> None:
+        self._sink = sink
+        self._tasks = [asyncio.ensure_future(self._read()), asyncio.ensure_future(self._write())]
+
+    async def _read(self) -> None:
+        """LogEntries into the sink, then the reason the stream ended (an exception)."""
+        assert self._sink is not None
         try:
             async for entry in self._call:
-                await self.queue.put(entry)
-            await self.queue.put(Inner("the leader closed the replication stream"))
+                if not self._sink([entry]):
+                    self._room.clear()
+                    await self._room.wait()
+            self._sink([Inner("the leader closed the replication stream")])
         except grpc.RpcError as exc:
-            await self.queue.put(from_rpc_error(exc))
+            self._sink([from_rpc_error(exc)])
 
-    async def write(self, ack: pb.ReplicaAck) -> None:
+    async def _write(self) -> None:
+        """The acks, in order; a failed write ends the stream."""
+        assert self._sink is not None
         try:
-            async with self._writing:
-                await self._call.write(ack)
+            while True:
+                await self._call.write(await self._acks.get())
         except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
+            self._sink([from_rpc_error(exc)])
         except asyncio.InvalidStateError:  # the stream ended while we acknowledged
-            raise Inner("the replication stream ended") from None
+            self._sink([Inner("the replication stream ended")])
 
-    def beat(self, ack: Callable[[], pb.ReplicaAck]) -> None:
-        if self._beating is None or self._beating.done():
-            self._beating = asyncio.ensure_future(self._beat(ack))
-
-    async def _beat(self, ack: Callable[[], pb.ReplicaAck]) -> None:
-        # A broken stream is the follower loop's to report: its reads end with the error.
-        with contextlib.suppress(grpc.RpcError, asyncio.InvalidStateError):
-            async with self._writing:
-                await self._call.write(ack())
+    def send(self, ack: pb.ReplicaAck) -> None:
+        if self._call.done():
+            raise Inner("the replication stream ended")
+        self._acks.put_nowait(ack)
 
     def took(self) -> None:
-        pass  # the reader task waits for room itself
+        self._room.set()
 
     async def close(self) -> None:
-        if self._beating is not None:
-            self._beating.cancel()
-        self._reader.cancel()
+        for task in self._tasks:
+            task.cancel()
         self._call.cancel()
         await self._channel.close()

@@ -43,6 +43,7 @@ from streamwal.node.core import (
     Following,
     MarkDurable,
     Notify,
+    Pending,
     PersistMeta,
     Resend,
     StartFollowing,
@@ -51,7 +52,6 @@ from streamwal.node.core import (
     Store,
     Truncate,
     Verify,
-    drive,
     parse_replica_set,
 )
 from streamwal.node.divergence import log_divergence
@@ -71,6 +71,7 @@ from streamwal.node.producers import (
 )
 from streamwal.node.replication import Replication
 from streamwal.node.retention import plan_cut
+from streamwal.node.steps import drive
 from streamwal.node.synced_writer import SyncedWriter
 from streamwal.proto import streaming_pb2 as pb
 
@@ -474,10 +475,24 @@ class Wal:
                 raise AssertionError(f"a step outside a step runner: {effect!r}")
 
     async def steps(self, ch: Channel, steps: Steps) -> Any:
-        """Run a core input's steps (core.drive): each one's I/O here."""
-        return await drive(steps, lambda step: self._step(ch, step))
+        """Run a core input's steps from a task (steps.drive): each one's I/O here."""
+        return await drive(steps, self.stepper(ch))
 
-    async def _step(self, ch: Channel, step: Effect) -> Any:
+    def stepper(self, ch: Channel) -> Callable[[Effect], Any]:
+        """The I/O of `ch`'s steps, for a driver (node/steps.py)."""
+        return functools.partial(self._step, ch)
+
+    def _step(self, ch: Channel, step: Effect) -> Any:
+        """A step's outcome, or Pending: a synced write's future, or the coroutine of a
+        step that waits in its own way."""
+        if isinstance(step, Store):
+            return Pending(self._store(ch, step))
+        if isinstance(step, (PersistMeta, Drain, Verify, Truncate, CatchUp, StopFollowing)):
+            return Pending(self._wait(ch, step))
+        self.effects(ch, [step])
+        return None
+
+    async def _wait(self, ch: Channel, step: Effect) -> Any:
         name = ch.name
         if isinstance(step, PersistMeta):
             await self.synced.save_meta(name, step.meta)
@@ -488,15 +503,11 @@ class Wal:
             await self.ensure_verified(ch)  # what it finds, it reports (report_bad_record)
         elif isinstance(step, Truncate):
             return await self._truncate(ch, step)
-        elif isinstance(step, Store):
-            await self._store(ch, step)
         elif isinstance(step, CatchUp):
             return await self._catch_up(ch, step.source)
         elif isinstance(step, StopFollowing):
             self.replication.stop_following(ch, step.role)
             await self.replication.settle(ch)
-        else:
-            self.effects(ch, [step])
         return None
 
     async def _truncate(self, ch: Channel, step: Truncate) -> tuple[int, int]:
@@ -522,12 +533,13 @@ class Wal:
         ch.drop_cache_after(offset)
         return dropped, self.store.tail(ch.name).last_term
 
-    async def _store(self, ch: Channel, step: Store) -> None:
-        """Write copied records with their meta, windows, size and commit, synced, in a
-        worker thread. If the write fails the core goes back to what the store holds
-        (core.unstore) -- also when nobody waits for the write any more (a fenced
-        follower's stream): otherwise its log end would claim records the disk lacks and
-        the next copy would leave a hole there (found by the simulator)."""
+    def _store(self, ch: Channel, step: Store) -> asyncio.Future[None]:
+        """Write copied records with their meta, windows, size and commit, synced: the
+        synced writer's future resolves once they are durable. If the write fails the
+        core goes back to what the store holds (core.unstore) -- also when nobody waits
+        for the write any more (a fenced follower's stream): otherwise its log end would
+        claim records the disk lacks and the next copy would leave a hole there (found
+        by the simulator)."""
         store, name = self.store, ch.name
         wb = store.new_batch()
         for base, value in step.records:
@@ -559,7 +571,7 @@ class Wal:
         # leave a hole in the tail cache that later records would be read across.
         for base, value in step.records:
             ch.cache(base, records.peek(value)[2], value)
-        await asyncio.shield(write)
+        return write
 
     async def _catch_up(self, ch: Channel, source: str) -> StreamingError | None:
         """Copy the records this node lacks from `source`, cutting a divergent suffix

@@ -25,6 +25,7 @@ from streamwal.node.divergence import log_divergence
 from streamwal.node.fencing import AssignOutcome
 from streamwal.node.producers import window_below
 from streamwal.node.replication_rules import Rejected
+from streamwal.node.steps import drive
 from streamwal.proto import streaming_pb2 as pb
 
 if TYPE_CHECKING:
@@ -260,7 +261,7 @@ class SimNode:
 
     async def _steps(self, core: nc.PChannelCore, steps: nc.Steps) -> Any:
         """Run an input's steps: each one's I/O here, its outcome back to the core."""
-        return await nc.drive(steps, lambda step: self._step(core, step))
+        return await drive(steps, lambda step: nc.Pending(self._step(core, step)))
 
     async def _step(self, core: nc.PChannelCore, step: nc.Effect) -> Any:
         name = core.name

@@ -10,12 +10,17 @@ RocksDB, in-process (the follower's apply and the fence called directly):
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from streamwal.node import records
+from streamwal.node.channel import Channel
 from streamwal.node.config import NodeConfig
 from streamwal.node.log_store import LogStore
 from streamwal.node.metrics import NodeMetrics
+from streamwal.node.replication import entries
+from streamwal.node.steps import Drive
 from streamwal.node.wal import Wal
 from streamwal.proto import streaming_pb2 as pb
 
@@ -23,6 +28,20 @@ from streamwal.proto import streaming_pb2 as pb
 def entry(term: int, offset: int, count: int) -> pb.LogEntry:
     body = pb.MessageBatch(messages=[pb.Message(payload=b"m")] * count).SerializeToString()
     return pb.LogEntry(term=term, offset=offset, record=records.encode(term, 1, count, body))
+
+
+async def apply(wal: Wal, ch: Channel, got: list[pb.LogEntry]) -> bool:
+    """A follower's apply of its leader's entries, driven as its stream drives it."""
+    done = asyncio.get_running_loop().create_future()
+
+    def then(changed: bool, err: BaseException | None) -> None:
+        if err is None:
+            done.set_result(changed)
+        else:
+            done.set_exception(err)
+
+    Drive(ch.core.apply(entries(got)), wal.stepper(ch), then).start()
+    return await done
 
 
 def make_wal(path) -> Wal:
@@ -67,10 +86,10 @@ async def test_a_failed_write_leaves_no_hole(tmp_path) -> None:
 
         wal.store.write_synced_many = full
         with pytest.raises(OSError):
-            await wal.replication.apply(ch, [entry(1, 0, 3)])
+            await apply(wal, ch, [entry(1, 0, 3)])
         assert (ch.committed_next, ch.next_offset) == (0, 0)  # not past what is on disk
         wal.store.write_synced_many = real
-        assert await wal.replication.apply(ch, [entry(1, 0, 3), entry(1, 3, 2)])
+        assert await apply(wal, ch, [entry(1, 0, 3), entry(1, 3, 2)])
         assert ch.committed_next == 5
         assert [base for base, _ in wal.store.records_from("ch", 0, 10, 1 << 20)] == [0, 3]
     finally:
