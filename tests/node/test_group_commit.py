@@ -167,7 +167,9 @@ async def test_close_waits_for_the_write_in_flight(store: _Store) -> None:
 async def test_after_a_slow_write_writes_stay_off_the_loop_for_a_while(store: _Store) -> None:
     """A stalling disk must not stall the event loop: once a write is slow, lone small
     writes go to the worker thread until the disk has been fast for the hold time."""
-    c = _committer(store, [], InlineRule(slow_s=0.01, hold_s=0.3))
+    # A write counts as slow above 100 ms: a 10 ms bound made a write preempted on the
+    # loaded CI machine "slow" before the test's own stall (the first two asserts).
+    c = _committer(store, [], InlineRule(slow_s=0.1, hold_s=0.5))
     loop_thread = threading.get_ident()
 
     async def write(key: bytes) -> int:
@@ -178,10 +180,10 @@ async def test_after_a_slow_write_writes_stay_off_the_loop_for_a_while(store: _S
 
     assert await write(b"fast") == loop_thread
     store.gate.clear()
-    threading.Timer(0.03, store.gate.set).start()  # this write's fsync takes 30 ms
+    threading.Timer(0.3, store.gate.set).start()  # this write's fsync takes 300 ms
     assert await write(b"slow") == loop_thread  # nobody knew yet
     assert await write(b"next") != loop_thread  # the loop stays free while the disk stalls
-    await asyncio.sleep(0.35)
+    await asyncio.sleep(0.6)
     assert await write(b"calm") == loop_thread  # fast again for the hold time: inline
     await c.close()
 
