@@ -189,11 +189,10 @@ class LogStore:
         for i in range(count):
             wb = WriteBatch(raw_mode=True)
             wb.put(_PREWARM_PREFIX + _U64.pack(i), chunk)
-            # The last write syncs the whole file: left to background writeback, its dirty
-            # pages slowed the first appends' fsyncs for half a minute.
             self._db.write(wb, _UNSYNCED)
-            if i == count - 1:
-                self.wal.sync()
+        # One sync of the whole file: left to background writeback, its dirty pages slowed
+        # the first appends' fsyncs for half a minute.
+        self.wal.sync()
         self._db.flush()
         wb = WriteBatch(raw_mode=True)
         wb.delete_range(_PREWARM_PREFIX, _PREWARM_PREFIX + _MAX_KEY)
