@@ -12,11 +12,15 @@ to it (RocksDB's log is sequential). A burst of N costs about two fsyncs, not N.
 caller's future resolves only once its own batch is durable. The flushes run on a thread
 of their own, so no data read queued on the shared executor delays a fence.
 
-A lone small write with nothing queued behind the last one runs on the event loop, as the
-group commit's do (group_commit.InlineRule): a follower acknowledging one-at-a-time sends
-then pays its fsync, not two thread hand-offs besides (each a wake-up that waits for a
-core when the machine is busy). Writes submitted in one loop turn still share a flush,
-and as soon as writes queue up behind a flush, or one was slow, they go to the thread.
+Every flush runs on that thread, never on the event loop, although a lone small write
+on the loop would save a follower two thread hand-offs (~20-30 µs of CPU a write,
+docs/benchmarks.md). An fsync on the loop blocks it for as long as the disk stalls, and
+a follower whose loop is blocked sends its leader no heartbeat: a follower whose disk
+stalled past the quorum lease (this VM's fsyncs stall for up to a second) made its
+leader step down, and the coord then gave the leadership to the stalled follower itself
+(tests/nemesis/test_slow_disk.py, about one run in six). On the thread, the fsync
+(`os.fdatasync`, off the GIL: node/wal_files.py) leaves the loop serving, and its
+heartbeats say what is true: the follower is there, its disk is slow.
 """
 
 from __future__ import annotations
@@ -24,33 +28,29 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-import time
 
 from rocksdict import WriteBatch
 
 from streamwal.node.channel_meta import ChannelMeta
-from streamwal.node.group_commit import InlineRule
 from streamwal.node.log_store import LogStore
 
 _Batch = list[tuple[WriteBatch, asyncio.Future[None]]]
 
 
 class SyncedWriter:
-    def __init__(self, store: LogStore, rule: InlineRule | None = None) -> None:
+    def __init__(self, store: LogStore) -> None:
         self.store = store
         self._pending: _Batch = []
         self._loop: asyncio.AbstractEventLoop | None = None
-        # The thread's queue of flushes (None: stop), started at the first threaded flush.
+        # The thread's queue of flushes (None: stop), started at the first flush.
         # A thread of its own, fed through a SimpleQueue and answering with one
         # call_soon_threadsafe: an executor's futures and a task per flush cost a
         # follower ~25 µs more CPU per synced write (docs/benchmarks.md, "A send alone").
-        self._jobs: queue.SimpleQueue[tuple[_Batch, float] | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[_Batch | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._flushing = False  # a flush is on the thread
         self._idle: asyncio.Future[None] | None = None  # close() waits for the last flush
         self._starting = False  # a flush starts at the end of this loop turn
-        self._contended = False  # writes queued up behind the last flush
-        self._rule = rule or InlineRule()
         self.flushes = 0  # synced writes made (for tests)
 
     def write(self, wb: WriteBatch) -> asyncio.Future[None]:
@@ -64,25 +64,10 @@ class SyncedWriter:
         return done
 
     def _start(self) -> None:
-        """End of the turn: one lone small write on the loop, anything else on the thread."""
+        """End of the turn: what the turn submitted goes to the thread as one flush."""
         self._starting = False
-        if not self._pending or self._flushing:
-            return
-        if len(self._pending) == 1:
-            wb, done = self._pending[0]
-            started = time.perf_counter()
-            if self._rule.inline(started, wb.size_in_bytes(), self._contended):
-                self._pending = []
-                try:
-                    self.store.write_synced_many([wb])
-                except Exception as exc:
-                    _settle([(wb, done)], exc)
-                    return
-                self.flushes += 1
-                self._rule.observe(time.perf_counter(), time.perf_counter() - started)
-                _settle([(wb, done)], None)
-                return
-        self._flush()
+        if self._pending and not self._flushing:
+            self._flush()
 
     def _flush(self) -> None:
         """Hand everything pending to the thread, as one synced write."""
@@ -91,26 +76,23 @@ class SyncedWriter:
         if self._thread is None:
             self._thread = threading.Thread(target=self._work, name="synced-writer", daemon=True)
             self._thread.start()
-        self._jobs.put((batch, time.perf_counter()))
+        self._jobs.put(batch)
 
     def _work(self) -> None:
         """The thread: each flush's write, then its outcome handed back to the loop."""
         assert self._loop is not None
-        while (job := self._jobs.get()) is not None:
-            batch, started = job
+        while (batch := self._jobs.get()) is not None:
             error: Exception | None = None
             try:
                 self.store.write_synced_many([wb for wb, _ in batch])
             except Exception as exc:
                 error = exc
-            self._loop.call_soon_threadsafe(self._flushed, batch, started, error)
+            self._loop.call_soon_threadsafe(self._flushed, batch, error)
 
-    def _flushed(self, batch: _Batch, started: float, error: Exception | None) -> None:
+    def _flushed(self, batch: _Batch, error: Exception | None) -> None:
         if error is None:
             self.flushes += 1
-            self._rule.observe(time.perf_counter(), time.perf_counter() - started)
         self._flushing = False
-        self._contended = bool(self._pending)
         _settle(batch, error)
         if self._pending:  # what came meanwhile goes to the thread at once
             self._flush()
