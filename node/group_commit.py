@@ -2,7 +2,8 @@
 
 Callers hand over prepared items; one writer drains everything pending into a single
 RocksDB WriteBatch (filled by the owner's `prepare`), writes it (with sync, by default)
-in a worker thread so the event loop keeps accepting requests, and then completes them
+on the store's writer thread (node/store_thread.py: the one thread that writes the WAL off
+the loop) so the event loop keeps accepting requests, and then completes them
 all together. A WriteBatch lands whole or not at all, so a failed group is failed back
 to every caller in it and nothing is half-written.
 """
@@ -18,6 +19,7 @@ from rocksdict import WriteBatch
 
 from streamwal.errors import OnShutdown
 from streamwal.node.log_store import LogStore
+from streamwal.node.store_thread import StoreThread
 
 # A lone write up to this size runs on the event loop (see GroupCommitter).
 INLINE_WRITE_BYTES = 64 * 1024
@@ -70,12 +72,14 @@ class GroupCommitter:
     (`InlineRule`), writes go to the worker thread again, so the loop keeps parsing the
     next group and serving consumers while the disk syncs. `prepare` returns True for a
     group that must not be written on the loop: a replicated leader streams the group's
-    records to its followers while its own fsync runs.
+    records to its followers while its own fsync runs, and a node that follows some
+    pchannel keeps sending its leaders heartbeats.
     """
 
     def __init__(
         self,
         store: LogStore,
+        thread: StoreThread,
         prepare: Callable[[list[Any], WriteBatch], bool],
         on_committed: Callable[[list[Any]], None],
         on_failed: Callable[[list[Any], BaseException], None],
@@ -83,6 +87,7 @@ class GroupCommitter:
         rule: InlineRule | None = None,
     ) -> None:
         self._store = store
+        self._thread = thread
         self._pending: list[Any] = []
         self._prepare = prepare
         self._on_committed = on_committed
@@ -140,8 +145,9 @@ class GroupCommitter:
             else:
                 self._written(None, group, started)
             return
-        write = self._loop.run_in_executor(None, self._store.write, wb)
-        write.add_done_callback(lambda f: self._written(f.exception(), group, started))
+        self._thread.run(
+            lambda: self._store.write(wb), lambda _, exc: self._written(exc, group, started)
+        )
 
     def _write_apart(self, group: list[Any]) -> None:
         """A group whose items could not be prepared together (one item out of range, a

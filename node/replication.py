@@ -298,6 +298,11 @@ class Replication:
             await asyncio.sleep(self.wal.config.quorum_lease_s / 4)
             self.beat()
 
+    @property
+    def following(self) -> bool:
+        """Whether this node follows some pchannel (its loop owes those leaders heartbeats)."""
+        return bool(self._streams)
+
     def beat(self) -> None:
         """A heartbeat on one following stream per leader node, rotating; written at once,
         even while the stream waits for its disk (`FollowerStream.beat`)."""

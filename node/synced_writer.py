@@ -9,45 +9,41 @@ wait for the pchannel's writes) answered after the coord's deadline, every attem
 (issue 24). Here every synced write submitted while one is on the disk goes out in the
 next flush: all but the last unsynced, the last synced, which makes the WAL durable up
 to it (RocksDB's log is sequential). A burst of N costs about two fsyncs, not N. Each
-caller's future resolves only once its own batch is durable. The flushes run on a thread
-of their own, so no data read queued on the shared executor delays a fence.
+caller's future resolves only once its own batch is durable. The flushes run on the
+store's writer thread (node/store_thread.py), so no data read queued on the shared
+executor delays a fence, and no flush overlaps the group commit's fsync.
 
 Every flush runs on that thread, never on the event loop, although a lone small write
-on the loop would save a follower two thread hand-offs (~20-30 µs of CPU a write,
-docs/benchmarks.md). An fsync on the loop blocks it for as long as the disk stalls, and
-a follower whose loop is blocked sends its leader no heartbeat: a follower whose disk
-stalled past the quorum lease (this VM's fsyncs stall for up to a second) made its
-leader step down, and the coord then gave the leadership to the stalled follower itself
-(tests/nemesis/test_slow_disk.py, about one run in six). On the thread, the fsync
-(`os.fdatasync`, off the GIL: node/wal_files.py) leaves the loop serving, and its
-heartbeats say what is true: the follower is there, its disk is slow.
+on the loop would save a follower two thread hand-offs (within what the benchmarks
+resolve: docs/benchmarks.md, "A follower's synced writes leave the loop"). An fsync on
+the loop blocks it for as long as the disk stalls, and a follower whose loop is blocked
+sends its leader no heartbeat: a follower whose disk stalled past the quorum lease
+(this VM's fsyncs stall for up to a second) made its leader step down, and the coord
+then gave the leadership to the stalled follower itself (tests/nemesis/test_slow_disk.py,
+about one run in six). On the thread, the fsync (`os.fdatasync`, off the GIL:
+node/wal_files.py) leaves the loop serving, and its heartbeats say what is true: the
+follower is there, its disk is slow.
 """
 
 from __future__ import annotations
 
 import asyncio
-import queue
-import threading
 
 from rocksdict import WriteBatch
 
 from streamwal.node.channel_meta import ChannelMeta
 from streamwal.node.log_store import LogStore
+from streamwal.node.store_thread import StoreThread
 
 _Batch = list[tuple[WriteBatch, asyncio.Future[None]]]
 
 
 class SyncedWriter:
-    def __init__(self, store: LogStore) -> None:
+    def __init__(self, store: LogStore, thread: StoreThread) -> None:
         self.store = store
+        self._thread = thread
         self._pending: _Batch = []
         self._loop: asyncio.AbstractEventLoop | None = None
-        # The thread's queue of flushes (None: stop), started at the first flush.
-        # A thread of its own, fed through a SimpleQueue and answering with one
-        # call_soon_threadsafe: an executor's futures and a task per flush cost a
-        # follower ~25 µs more CPU per synced write (docs/benchmarks.md, "A send alone").
-        self._jobs: queue.SimpleQueue[_Batch | None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
         self._flushing = False  # a flush is on the thread
         self._idle: asyncio.Future[None] | None = None  # close() waits for the last flush
         self._starting = False  # a flush starts at the end of this loop turn
@@ -73,21 +69,11 @@ class SyncedWriter:
         """Hand everything pending to the thread, as one synced write."""
         batch, self._pending = self._pending, []
         self._flushing = True
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._work, name="synced-writer", daemon=True)
-            self._thread.start()
-        self._jobs.put(batch)
-
-    def _work(self) -> None:
-        """The thread: each flush's write, then its outcome handed back to the loop."""
-        assert self._loop is not None
-        while (batch := self._jobs.get()) is not None:
-            error: Exception | None = None
-            try:
-                self.store.write_synced_many([wb for wb, _ in batch])
-            except Exception as exc:
-                error = exc
-            self._loop.call_soon_threadsafe(self._flushed, batch, error)
+        wbs = [wb for wb, _ in batch]
+        self._thread.run(
+            lambda: self.store.write_synced_many(wbs),
+            lambda _, error: self._flushed(batch, error),
+        )
 
     def _flushed(self, batch: _Batch, error: Exception | None) -> None:
         if error is None:
@@ -106,16 +92,13 @@ class SyncedWriter:
         await self.write(wb)
 
     async def close(self) -> None:
-        """Finish what is pending, then let the thread go."""
+        """Finish what is pending (the thread is its owner's to close)."""
         if self._pending and not self._flushing:
             self._loop = self._loop or asyncio.get_running_loop()
             self._flush()
         if self._flushing:
             self._idle = asyncio.get_running_loop().create_future()
             await self._idle
-        if self._thread is not None:
-            self._jobs.put(None)
-            self._thread = None
 
 
 def _settle(batch: _Batch, error: Exception | None) -> None:

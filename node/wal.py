@@ -72,6 +72,7 @@ from streamwal.node.producers import (
 from streamwal.node.replication import Replication
 from streamwal.node.retention import plan_cut
 from streamwal.node.steps import drive
+from streamwal.node.store_thread import StoreThread
 from streamwal.node.synced_writer import SyncedWriter
 from streamwal.proto import streaming_pb2 as pb
 
@@ -159,7 +160,10 @@ def validate_name(name: str) -> None:
 class Wal:
     def __init__(self, store: LogStore, config: NodeConfig, metrics: NodeMetrics) -> None:
         self.store = store
-        self.synced = SyncedWriter(store)  # synced writes (metas, copied records), coalesced
+        # The one thread that writes the WAL off the loop (group commits, synced writes,
+        # cuts, async durability's syncs): a write never overlaps the WAL's fsync.
+        self.writer = StoreThread()
+        self.synced = SyncedWriter(store, self.writer)  # metas, copied records, coalesced
         self.config = config
         self.metrics = metrics
         self.channels: dict[str, Channel] = {}
@@ -170,6 +174,7 @@ class Wal:
         self.write_health = WriteHealth()
         self._committer = GroupCommitter(
             store,
+            self.writer,
             self._prepare,
             self._committed,
             self._failed,
@@ -305,6 +310,7 @@ class Wal:
             await asyncio.gather(self._syncing, return_exceptions=True)
         for pending in list(self._verifying.values()):
             pending.cancel()
+        self.writer.close()
         if not self.store.sync:  # a clean stop: the log ends where it says, no skip
             with contextlib.suppress(StreamingError):
                 self.store.sync_wal()
@@ -523,8 +529,8 @@ class Wal:
                     "cutting below the commit offset (unclean failover)",
                     extra={"pchannel": ch.name, "from": offset},
                 )
-        dropped = await asyncio.get_running_loop().run_in_executor(
-            None, self.store.truncate_from, ch.name, offset, lambda w: window_below(w, offset)
+        dropped = await self.writer.call(
+            lambda: self.store.truncate_from(ch.name, offset, lambda w: window_below(w, offset))
         )
         log.warning(
             "truncated divergent suffix" if step.divergent else "dropped damaged suffix",
@@ -717,12 +723,11 @@ class Wal:
         the WAL is synced first and the marks then cover only what that sync made
         durable: a power loss takes at most that interval of acknowledged writes, and a
         lost interval is not mistaken for corruption."""
-        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(LEDGER_SYNC_S)
             channels = [] if self.store.sync else list(self.channels.values())
             ends = [(ch, ch.committed_next) for ch in channels]
-            self._syncing = loop.run_in_executor(None, self._sync_durable)
+            self._syncing = asyncio.ensure_future(self._sync_durable())
             try:
                 await asyncio.shield(self._syncing)
             except StreamingError:  # the disk fails: the appends say so (write_health)
@@ -731,10 +736,10 @@ class Wal:
                 self.ledger.advance(ch.ledger_slot, end)
                 ch.core.durable(end)
 
-    def _sync_durable(self) -> None:
+    async def _sync_durable(self) -> None:
         if not self.store.sync:
-            self.store.sync_wal()
-        self.ledger.sync()
+            await self.writer.call(self.store.sync_wal)
+        await asyncio.get_running_loop().run_in_executor(None, self.ledger.sync)
 
     # -- append ------------------------------------------------------------------------
 
@@ -800,8 +805,12 @@ class Wal:
         streams are woken: its followers get them while its own fsync runs. A stream
         that wrote them to its idle follower's socket from the waker itself needs
         nothing more of the loop; if any stream's task was woken instead, the write
-        stays off the event loop so it can send meanwhile (True). Readers stop at the
-        durable end; a failed write drops them again (`_failed`)."""
+        stays off the event loop so it can send meanwhile (True). So does every write
+        of a node that follows some pchannel: its loop sends those leaders heartbeats,
+        and an fsync on the loop that meets a disk stall would silence them for the
+        whole stall (decisions-replicated-path.md, "A follower's synced writes never run
+        on its loop"). Readers stop at the durable end; a failed write drops them again
+        (`_failed`)."""
         sizes: dict[str, tuple[Channel, int]] = {}
         for item in group:
             ch = item.channel
@@ -826,7 +835,7 @@ class Wal:
             self.replication.persist_commit(ch, wb)
             for wake in ch.wakers:
                 streamed = not wake() or streamed
-        return streamed
+        return streamed or self.replication.following
 
     def _committed(self, group: list) -> None:
         now = time.perf_counter()

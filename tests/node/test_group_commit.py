@@ -14,6 +14,7 @@ import pytest
 
 from streamwal.node.group_commit import INLINE_WRITE_BYTES, GroupCommitter, InlineRule
 from streamwal.node.log_store import LogStore
+from streamwal.node.store_thread import StoreThread
 
 
 class _Item:
@@ -58,7 +59,7 @@ def _committer(
         for item in group:
             item.future.set_exception(exc)
 
-    c = GroupCommitter(store, prepare, committed, failed, rule=rule)
+    c = GroupCommitter(store, StoreThread(), prepare, committed, failed, rule=rule)
     c.start()
     return c
 

@@ -9,6 +9,7 @@ import time
 
 from rocksdict import WriteBatch
 
+from streamwal.node.store_thread import StoreThread
 from streamwal.node.synced_writer import SyncedWriter
 
 
@@ -26,7 +27,7 @@ class _Store:
 
 async def test_every_flush_runs_on_the_thread_a_burst_shares_one() -> None:
     store = _Store()
-    writer = SyncedWriter(store)  # type: ignore[arg-type]
+    writer = SyncedWriter(store, StoreThread())  # type: ignore[arg-type]
     loop_thread = threading.get_ident()
     await writer.write(WriteBatch())
     await asyncio.gather(*(writer.write(WriteBatch()) for _ in range(5)))
@@ -38,7 +39,7 @@ async def test_every_flush_runs_on_the_thread_a_burst_shares_one() -> None:
 async def test_the_loop_serves_while_a_flush_waits_for_the_disk() -> None:
     """A lone write on a stalled disk: the loop's timers (a follower's heartbeats) run on."""
     store = _Store(delay=0.5)
-    writer = SyncedWriter(store)  # type: ignore[arg-type]
+    writer = SyncedWriter(store, StoreThread())  # type: ignore[arg-type]
     ticks: list[float] = []
 
     async def tick() -> None:
@@ -58,7 +59,7 @@ async def test_the_loop_serves_while_a_flush_waits_for_the_disk() -> None:
 
 async def test_close_flushes_a_write_not_started_yet() -> None:
     store = _Store()
-    writer = SyncedWriter(store)  # type: ignore[arg-type]
+    writer = SyncedWriter(store, StoreThread())  # type: ignore[arg-type]
     done = writer.write(WriteBatch())
     await writer.close()
     assert done.done() and store.flushes
@@ -66,7 +67,7 @@ async def test_close_flushes_a_write_not_started_yet() -> None:
 
 async def test_a_failed_threaded_flush_fails_its_writes_and_the_next_goes_on() -> None:
     store = _Store()
-    writer = SyncedWriter(store)  # type: ignore[arg-type]
+    writer = SyncedWriter(store, StoreThread())  # type: ignore[arg-type]
     real = store.write_synced_many
 
     def failing(wbs: list[WriteBatch]) -> None:
