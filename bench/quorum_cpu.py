@@ -19,8 +19,15 @@ each send's CPU per process and the round's p50 / p99 (ms), `--rounds` rounds (a
 produce runs too if `--producers` is given): where a one-at-a-time quorum send's CPU goes,
 and what it does to the tail.
 
+`--also-follows` gives the measured leader (node 1) a second, idle pchannel to follow,
+led by node 2, as in a cluster whose leaders are spread over the nodes: a node that
+follows some pchannel writes its own leader groups on its store's writer thread, never
+on the loop (decisions-replicated-path.md, "A follower's synced writes never run on its
+loop"). Compare puts every leader on node 1, so this is the shape it does not measure.
+
 Usage: python -m streamwal.bench.quorum_cpu [--messages N] [--rounds R] [--replicas N]
        python -m streamwal.bench.quorum_cpu --open-loop 1000 [--seconds S] [--rounds R]
+                                            [--also-follows]
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from streamwal.bench.node_cpu import node_cpu
 from streamwal.bench.sys_streamwal import Streamwal
 
 STREAM = "quorum-cpu"
+FOLLOWED = "quorum-cpu-followed"  # --also-follows: led by node 2, idle
 SIZE = 128
 
 
@@ -49,14 +57,22 @@ async def measure(
     producers: tuple[int, ...],
     open_loop: float = 0.0,
     seconds: float = 5.0,
+    also_follows: bool = False,
 ) -> dict:
     system = Streamwal(replicas=replicas)
-    out: dict = {"replicas": replicas, "size": SIZE, "durability": ""}
+    out: dict = {
+        "replicas": replicas,
+        "size": SIZE,
+        "durability": "",
+        "leader_also_follows": also_follows,
+    }
     with tempfile.TemporaryDirectory(prefix="quorum-cpu-") as tmp:
         await system.start(Path(tmp))
         try:
             out["durability"] = system.durability
             await system.create_stream(STREAM)
+            if also_follows:
+                await system.create_stream(FOLLOWED, leader=1)
             warm = wl.Plan(produce_count=20_000, produce_seconds=2.0)
             await wl.produce_throughput(system, STREAM, warm, SIZE, 1)
             if open_loop:
@@ -137,6 +153,12 @@ def main() -> None:
     parser.add_argument(
         "--seconds", type=float, default=5.0, help="Length of each --open-loop round."
     )
+    parser.add_argument(
+        "--also-follows",
+        action="store_true",
+        help="The measured leader also follows an idle pchannel led by node 2 (leaders "
+        "spread over the nodes, as in a cluster).",
+    )
     args = parser.parse_args()
     if args.producers is None:
         args.producers = [] if args.open_loop else [1, 4]
@@ -154,6 +176,7 @@ def main() -> None:
             tuple(args.producers),
             args.open_loop,
             args.seconds,
+            args.also_follows,
         )
     )
     print(json.dumps(result))

@@ -187,15 +187,17 @@ class Streamwal:
         stop_all(self._servers)
         self._servers, self._members = [], []
 
-    async def create_stream(self, stream: str) -> None:
+    async def create_stream(self, stream: str, leader: int = 0) -> None:
+        """`stream` on every node; with replicas, led by the node at index `leader`
+        (compare's streams: node 1)."""
         from streamwal.client.node_client import replica_set
 
         if self._replicas == 1:
             await self._admin[0].assign(stream, term=TERM)
             return
-        leader = self._members[0]
         for i, admin in enumerate(self._admin):
-            rs = replica_set(i == 0, self._members, None if i == 0 else leader)
+            led = i == leader
+            rs = replica_set(led, self._members, None if led else self._members[leader])
             await admin.assign(stream, term=TERM, replica_set=rs)
 
     async def drop_stream(self, stream: str) -> None:

@@ -96,9 +96,10 @@ def test_quorum_cpu_prints_each_processes_cpu_per_acknowledged_message_as_json()
     result = last_json(
         sys.executable, "-m", "streamwal.bench.quorum_cpu",
         "--messages", "4096", "--rounds", "2", "--producers", "1", "4",
-        "--open-loop", "200", "--seconds", "0.3",
+        "--open-loop", "200", "--seconds", "0.3", "--also-follows",
     )  # fmt: skip
     assert result["replicas"] == 3 and "quorum" in result["durability"]
+    assert result["leader_also_follows"] is True
     # one-at-a-time sends (compare's open loop): their tail and each process's CPU a send
     one = result["open_loop_200"]["median"]
     assert 0 < one["p50_ms"] <= one["p99_ms"], result
@@ -113,3 +114,28 @@ def test_quorum_cpu_prints_each_processes_cpu_per_acknowledged_message_as_json()
         for r in result[shape]["rounds"]:
             parts = ("leader_ns", "follower1_ns", "follower2_ns", "client_ns")
             assert r["total_ns"] == sum(r[k] for k in parts), r
+
+
+async def test_a_stream_led_by_another_node_is_followed_by_node_1(tmp_path: Path) -> None:
+    """`quorum_cpu --also-follows`: compare's system with a second stream that node 2
+    leads, so that node 1 (the measured leader) also follows one."""
+    from streamwal.bench.sys_streamwal import Streamwal
+    from streamwal.proto import streaming_pb2 as pb
+
+    system = Streamwal(replicas=3)
+    await system.start(tmp_path)
+    try:
+        await system.create_stream("measured")
+        await system.create_stream("followed", leader=1)
+        assert system._admin is not None
+        roles = {}
+        for node, admin in enumerate(system._admin, start=1):
+            for s in (await admin.collect_status()).channels:
+                roles[(node, s.pchannel.name)] = s.role
+        leader, follower = pb.REPLICA_ROLE_LEADER, pb.REPLICA_ROLE_FOLLOWER
+        assert roles == {
+            (1, "measured"): leader, (2, "measured"): follower, (3, "measured"): follower,
+            (1, "followed"): follower, (2, "followed"): leader, (3, "followed"): follower,
+        }  # fmt: skip
+    finally:
+        await system.stop()
