@@ -25,6 +25,7 @@ from streamwal.proto import streaming_pb2 as pb
 Obj = dict[str, Any]
 DEFAULT_AGE = "168h"  # the CRD's default of spec.retention.age
 NOT_ENOUGH_NODES = "NotEnoughNodes"
+ADDING_REPLICAS = "AddingReplicas"
 UNSCHEDULABLE = "Unschedulable"
 
 S = pb.PChannelMetaState
@@ -131,6 +132,13 @@ def ready_condition(record: cpb.ChannelRecord, note: Note | None, live_nodes: in
                 f"{served} on {have} of spec.replicas {wanted} nodes: {live_nodes} streaming "
                 f"nodes answer, so it survives {(have - 1) // 2} node failures, not "
                 f"{(wanted - 1) // 2}; the missing replicas are added when nodes appear",
+            )
+        if have < wanted:  # Ready promises the declared replicas, not fewer
+            return _cond(
+                "False",
+                ADDING_REPLICAS,
+                f"{served} on {have} of spec.replicas {wanted} nodes; {live_nodes} streaming "
+                "nodes answer, the missing replicas are being added",
             )
         return _cond("True", "Assigned", served)
     if note is not None:

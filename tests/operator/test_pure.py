@@ -74,8 +74,12 @@ def test_more_replicas_than_nodes_is_not_ready_and_says_why() -> None:
     short = st.ready_condition(record, None, 3)
     assert (short["status"], short["reason"]) == ("False", "NotEnoughNodes")
     assert "3 of spec.replicas 5" in short["message"] and "not 2" in short["message"]
-    # enough nodes to grow: serving while the replicas are added
-    assert st.ready_condition(record, None, 5)["reason"] == "Assigned"
+    # enough nodes to grow: serving while the replicas are added, Ready only once they are
+    growing = st.ready_condition(record, None, 5)
+    assert (growing["status"], growing["reason"]) == ("False", "AddingReplicas")
+    assert "3 of spec.replicas 5" in growing["message"]
+    record.members.extend(sm.NodeRef(n, f"a:{n}").to_proto() for n in (4, 5))
+    assert st.ready_condition(record, None, 5)["status"] == "True"
     assert st.ready_reason({"conditions": [short]}) == "NotEnoughNodes"
 
 
