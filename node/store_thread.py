@@ -51,16 +51,7 @@ class StoreThread:
     def call(self, job: Callable[[], Any]) -> asyncio.Future[Any]:
         """`run` for a caller that awaits the outcome."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-
-        def done(result: Any, error: Exception | None) -> None:
-            if future.done():
-                return
-            if error is None:
-                future.set_result(result)
-            else:
-                future.set_exception(error)
-
-        self.run(job, done)
+        self.run(job, lambda result, error: settle(future, result, error))
         return future
 
     def close(self) -> None:
@@ -85,3 +76,13 @@ class StoreThread:
                 loop.call_soon_threadsafe(done, result, error)
             except RuntimeError:  # the loop closed: nobody waits for the outcome
                 return
+
+
+def settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    """A job's outcome into `future`, unless its waiter gave up on it already."""
+    if future.done():
+        return
+    if error is None:
+        future.set_result(result)
+    else:
+        future.set_exception(error)

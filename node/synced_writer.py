@@ -33,7 +33,7 @@ from rocksdict import WriteBatch
 
 from streamwal.node.channel_meta import ChannelMeta
 from streamwal.node.log_store import LogStore
-from streamwal.node.store_thread import StoreThread
+from streamwal.node.store_thread import StoreThread, settle
 
 _Batch = list[tuple[WriteBatch, asyncio.Future[None]]]
 
@@ -103,9 +103,4 @@ class SyncedWriter:
 
 def _settle(batch: _Batch, error: Exception | None) -> None:
     for _, done in batch:
-        if done.done():
-            continue
-        if error is None:
-            done.set_result(None)
-        else:
-            done.set_exception(error)
+        settle(done, None, error)

@@ -25,6 +25,8 @@ import contextlib
 import pytest
 
 from streamwal.client.wal import WAL, open_wal
+from tests.nemesis.cluster import NemesisCluster
+from tests.nemesis.faults import LazyMount
 from tests.nemesis.history import Producers
 from tests.nemesis.scenarios import GRACE, PROBE
 
@@ -32,12 +34,18 @@ LEASE_S = 1.0  # the node's default --quorum-lease
 STALL_S = 3 * LEASE_S
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(180)
-async def test_a_follower_whose_disk_stalls_keeps_its_leader_in_office(nemesis) -> None:
+async def _lazy_cluster(nemesis) -> tuple[dict[int, LazyMount], NemesisCluster]:
+    """Three nodes, each on a lazyfs mount whose fsyncs can be stalled, and a coord."""
     mounts = {i: nemesis.lazy_mount(nemesis.root / f"node{i}") for i in (1, 2, 3)}
     cluster = nemesis.cluster(3, grace=GRACE, probe_interval=PROBE)
     await cluster.start()
+    return mounts, cluster
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+async def test_a_follower_whose_disk_stalls_keeps_its_leader_in_office(nemesis) -> None:
+    mounts, cluster = await _lazy_cluster(nemesis)
     [name] = await cluster.create_channels(1, prefix="slow", replicas=3)
     wal: WAL | None = None
     try:
@@ -72,9 +80,7 @@ async def test_a_follower_whose_disk_stalls_keeps_its_leader_in_office(nemesis) 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 async def test_a_leader_whose_disk_stalls_still_heartbeats_for_what_it_follows(nemesis) -> None:
-    mounts = {i: nemesis.lazy_mount(nemesis.root / f"node{i}") for i in (1, 2, 3)}
-    cluster = nemesis.cluster(3, grace=GRACE, probe_interval=PROBE)
-    await cluster.start()
+    mounts, cluster = await _lazy_cluster(nemesis)
     names = await cluster.create_channels(3, prefix="both", replicas=3)
     wal: WAL | None = None
     work: list[Producers] = []
